@@ -1,0 +1,43 @@
+# Two set-up commands, both self-installing on a fresh machine:
+#   make run    train locally (2 worker processes on 127.0.0.1, no cluster)
+#   make test   lint + the whole test suite (infra under Pulumi mocks, validators, real training)
+PYTHON ?= python3
+VENV := .venv
+CHECKOV_VENV := .venv-checkov
+WORKERS ?= 2
+ARGS ?=
+
+.PHONY: run test lint render bench clean
+
+$(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/trainer.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements/dev.txt
+	$(VENV)/bin/pip check
+	touch $@
+
+$(CHECKOV_VENV)/.installed: requirements/checkov.txt
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
+	$(CHECKOV_VENV)/bin/pip install --quiet -r requirements/checkov.txt
+	touch $@
+
+run: $(VENV)/.installed
+	$(VENV)/bin/python -m trainer.local --workers $(WORKERS) $(ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: $(VENV)/.installed $(CHECKOV_VENV)/.installed lint
+	TFD_CHECKOV=$(CHECKOV_VENV)/bin/checkov $(VENV)/bin/python -m pytest
+
+render: $(VENV)/.installed
+	$(VENV)/bin/python -m infra.render --stack dev --out out/dev
+	$(VENV)/bin/python -m infra.render --stack prod --out out/prod
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/python -m benchmarks.throughput
+
+clean:
+	rm -rf $(VENV) $(CHECKOV_VENV) out runs .pytest_cache .ruff_cache

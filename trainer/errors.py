@@ -1,0 +1,72 @@
+"""The trainer's exception tree and the process exit codes each error maps to.
+
+Exit codes are part of the pod contract: Kubernetes restarts a worker whatever the code, but the
+local launcher, logs and alerts read them. Imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+"""Training finished (or was already finished)."""
+EXIT_USAGE = 2
+"""Bad command-line flags (argparse's own code)."""
+EXIT_CONTRACT = 3
+"""The pod environment contract is inconsistent (no ordinal, ordinal >= replicas, bad port...)."""
+EXIT_DATA = 4
+"""The dataset cannot be read or has the wrong shape."""
+EXIT_CHECKPOINT = 5
+"""A checkpoint exists but cannot be restored (corrupt or incompatible)."""
+EXIT_MODEL = 6
+"""The ``--model module:function`` builder cannot be imported or returns no model."""
+EXIT_PEER_LOST = 75
+"""A peer died or a collective timed out: restart every worker (EX_TEMPFAIL)."""
+EXIT_RESTART = 76
+"""Preempted (SIGTERM) or the world size changed: a checkpoint was written, restart me."""
+
+
+class TrainerError(Exception):
+    """Base of every error the trainer reports to the user; carries the process exit code."""
+
+    exit_code: int = 1
+
+
+class UsageError(TrainerError):
+    """Invalid flag values that argparse alone cannot reject."""
+
+    exit_code = EXIT_USAGE
+
+
+class ContractError(TrainerError):
+    """The environment the StatefulSet (or the local launcher) gave the pod is inconsistent."""
+
+    exit_code = EXIT_CONTRACT
+
+
+class DataError(TrainerError):
+    """The dataset is missing, unreadable, or not of the expected shape."""
+
+    exit_code = EXIT_DATA
+
+
+class CheckpointError(TrainerError):
+    """A checkpoint exists but cannot be restored."""
+
+    exit_code = EXIT_CHECKPOINT
+
+
+class ModelError(TrainerError):
+    """The model builder cannot be loaded or does not return a model."""
+
+    exit_code = EXIT_MODEL
+
+
+class PeerLostError(TrainerError):
+    """A collective failed because a peer stopped answering (heartbeat or collective timeout)."""
+
+    exit_code = EXIT_PEER_LOST
+
+
+class RestartRequested(TrainerError):  # noqa: N818 - a request, not a failure
+    """Training stopped at a checkpoint on purpose (SIGTERM, new world size); restart to resume."""
+
+    exit_code = EXIT_RESTART
