@@ -7,7 +7,7 @@ CHECKOV_VENV := .venv-checkov
 WORKERS ?= 2
 ARGS ?=
 
-.PHONY: run test lint render bench clean
+.PHONY: run test lint render bench clean promtool
 
 $(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/trainer.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,15 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(VENV)/.installed $(CHECKOV_VENV)/.installed lint
+# promtool (Debian's `prometheus` package) checks and unit-tests the alert rules.
+promtool:
+	@command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else echo "promtool missing: install Debian's 'prometheus' package (apt-get install prometheus)" >&2; exit 1; fi; }
+
+test: $(VENV)/.installed $(CHECKOV_VENV)/.installed promtool lint
 	TFD_CHECKOV=$(CHECKOV_VENV)/bin/checkov $(VENV)/bin/python -m pytest
 
 render: $(VENV)/.installed

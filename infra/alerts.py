@@ -1,0 +1,183 @@
+"""Prometheus alerting rules for the trainer's metrics.
+
+The same rule groups feed two renderings: the ``spec`` of a ``PrometheusRule`` (which the
+Prometheus Operator loads) and a plain Prometheus rules file that ``promtool check rules`` and
+``promtool test rules`` accept. Metric names come from :mod:`trainer.contract`, so renaming a
+metric there changes every expression here.
+
+Every alert is scoped by ``namespace`` and ``job``: the PodMonitor gives each training job's
+series ``job="<namespace>/<podmonitor>"``, so two jobs in one cluster never mask each other.
+
+Run ``python -m infra.alerts`` to print the rules file (YAML) on stdout.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from infra.config import ConfigError
+from trainer.contract import (
+    METRIC_CHECKPOINT_TIMESTAMP,
+    METRIC_COMPLETED,
+    METRIC_RESUMES_TOTAL,
+    METRIC_STEP,
+    METRIC_STEPS_TOTAL,
+    METRIC_WORLD_SIZE,
+)
+
+GROUP_NAME = "tfd-trainer"
+"""Name of the single rule group (unique within the rules file)."""
+
+ALERT_STALLED = "TfdTrainingStalled"
+ALERT_CHECKPOINT_STALE = "TfdCheckpointTooOld"
+ALERT_RESTARTS = "TfdWorkersRestarting"
+ALERT_RESUMES = "TfdResumesRising"
+ALERT_WORKERS_MISSING = "TfdWorkersMissing"
+
+_BY = "by (namespace, job)"
+_ON = "on (namespace, job)"
+_NOT_DONE = f"unless {_ON} (max {_BY} ({METRIC_COMPLETED}) == 1)"
+"""Suffix that silences an alert once the job reports completion (DONE marker written)."""
+
+
+@dataclass(frozen=True)
+class AlertThresholds:
+    """Tunable thresholds of the trainer alerts.
+
+    Attributes:
+        stall_minutes: the global step must not advance for this long (minutes, 1-1440,
+            default 15) before ``TfdTrainingStalled`` fires.
+        checkpoint_max_age_minutes: newest checkpoint older than this (minutes, 1-10080,
+            default 60) fires ``TfdCheckpointTooOld``.
+        restart_window_minutes: window over which restarts and resumes are counted (minutes,
+            5-1440, default 60).
+        max_restarts: restarts (trainer processes whose step counter reset) tolerated in the
+            window (0-1000, default 3); more fires ``TfdWorkersRestarting``.
+        max_resumes: resumes from a checkpoint tolerated in the window (0-1000, default 3);
+            more fires ``TfdResumesRising``.
+        for_minutes: how long a condition must hold before an alert fires (minutes, 0-60,
+            default 5).
+    """
+
+    stall_minutes: int = 15
+    checkpoint_max_age_minutes: int = 60
+    restart_window_minutes: int = 60
+    max_restarts: int = 3
+    max_resumes: int = 3
+    for_minutes: int = 5
+
+    def __post_init__(self) -> None:
+        ranges = {
+            "stall_minutes": (1, 1440),
+            "checkpoint_max_age_minutes": (1, 10080),
+            "restart_window_minutes": (5, 1440),
+            "max_restarts": (0, 1000),
+            "max_resumes": (0, 1000),
+            "for_minutes": (0, 60),
+        }
+        for key, (lo, hi) in ranges.items():
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise ConfigError(
+                    [f"AlertThresholds.{key}: must be an integer in [{lo}, {hi}]; got {value!r}"]
+                )
+
+
+def _alert(name: str, expr: str, for_minutes: int, severity: str, summary: str, desc: str):
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": f"{for_minutes}m",
+        "labels": {"severity": severity},
+        "annotations": {"summary": summary, "description": desc},
+    }
+
+
+def alert_rules(thresholds: AlertThresholds | None = None) -> list[dict[str, Any]]:
+    """The alerting rules (Prometheus rule dictionaries, ``alert``/``expr``/``for``/...).
+
+    Args:
+        thresholds: tunables; ``None`` uses :class:`AlertThresholds` defaults.
+    """
+    t = thresholds or AlertThresholds()
+    window = f"{t.restart_window_minutes}m"
+    where = "{{ $labels.namespace }} ({{ $labels.job }})"
+    return [
+        _alert(
+            ALERT_STALLED,
+            # changes() of the step gauge is 0 only when no worker advanced it in the window;
+            # a job that never started reports no series and cannot fire here.
+            f"max {_BY} (changes({METRIC_STEP}[{t.stall_minutes}m])) == 0 {_NOT_DONE}",
+            t.for_minutes,
+            "critical",
+            "Training is stalled",
+            f"The global step of {where} has not advanced for {t.stall_minutes} minutes "
+            "and training has not completed.",
+        ),
+        _alert(
+            ALERT_CHECKPOINT_STALE,
+            # The newest checkpoint any worker has seen; 0 means "none yet" and is ignored so
+            # a fresh job does not fire before its first save.
+            f"time() - max {_BY} ({METRIC_CHECKPOINT_TIMESTAMP} > 0) "
+            f"> {t.checkpoint_max_age_minutes * 60} {_NOT_DONE}",
+            t.for_minutes,
+            "warning",
+            "Checkpoint is too old",
+            f"The newest checkpoint of {where} is {{{{ $value | humanizeDuration }}}} old "
+            f"(limit {t.checkpoint_max_age_minutes} minutes); a restart would lose that work.",
+        ),
+        _alert(
+            ALERT_RESTARTS,
+            # The per-process step counter starts at 0 in every new trainer process, so each
+            # reset is one restart of a worker container.
+            f"sum {_BY} (resets({METRIC_STEPS_TOTAL}[{window}])) > {t.max_restarts}",
+            0,
+            "warning",
+            "Workers keep restarting",
+            f"Trainer processes of {where} restarted {{{{ $value }}}} times in the last "
+            f"{t.restart_window_minutes} minutes (limit {t.max_restarts}).",
+        ),
+        _alert(
+            ALERT_RESUMES,
+            f"sum {_BY} (increase({METRIC_RESUMES_TOTAL}[{window}])) > {t.max_resumes}",
+            0,
+            "warning",
+            "Training keeps resuming from checkpoints",
+            f"Workers of {where} resumed from a checkpoint {{{{ $value }}}} times in the last "
+            f"{t.restart_window_minutes} minutes (limit {t.max_resumes}).",
+        ),
+        _alert(
+            ALERT_WORKERS_MISSING,
+            # Every live worker exports the world size it was started with; fewer series than
+            # that value means some workers are down or not scraped.
+            f"count {_BY} ({METRIC_WORLD_SIZE}) < max {_BY} ({METRIC_WORLD_SIZE}) {_NOT_DONE}",
+            t.for_minutes,
+            "critical",
+            "Fewer workers than the world size",
+            f"Only {{{{ $value }}}} workers of {where} report metrics; the job was started "
+            "with more. Collectives block until every worker is back.",
+        ),
+    ]
+
+
+def rule_groups(thresholds: AlertThresholds | None = None) -> list[dict[str, Any]]:
+    """The rule groups: the ``spec.groups`` of a PrometheusRule and a rules file's ``groups``."""
+    return [{"name": GROUP_NAME, "rules": alert_rules(thresholds)}]
+
+
+def rules_file(thresholds: AlertThresholds | None = None) -> dict[str, Any]:
+    """A plain Prometheus rules file (``{"groups": [...]}``) for ``promtool``."""
+    return {"groups": rule_groups(thresholds)}
+
+
+def rules_yaml(thresholds: AlertThresholds | None = None) -> str:
+    """:func:`rules_file` as YAML text."""
+    return yaml.safe_dump(rules_file(thresholds), sort_keys=False, width=1000)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(rules_yaml())

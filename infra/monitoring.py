@@ -1,0 +1,340 @@
+"""The optional monitoring stack: kube-prometheus-stack plus the trainer's scrape config,
+alerts and dashboard, as one Pulumi component.
+
+What it creates (every child has ``parent=self`` and so inherits the component's
+``kubernetes`` provider; no default provider is ever used):
+
+- a Namespace for the stack. Pod Security ``enforce: baseline`` (``warn``/``audit:
+  restricted``): node-exporter is disabled because it needs ``hostNetwork``, ``hostPID`` and
+  ``hostPath`` (``privileged``) and reports node, not training, health; everything else the
+  chart runs fits ``baseline``. Kubernetes labels it ``kubernetes.io/metadata.name=<name>``,
+  which the training NetworkPolicy matches to let Prometheus scrape the workers.
+- a Secret with the Grafana admin credentials, handed to the chart through
+  ``grafana.admin.existingSecret`` so the password never appears in the Helm values.
+- a ``helm.v3.Release`` of ``kube-prometheus-stack`` (pinned chart version) that discovers
+  every PodMonitor and PrometheusRule in the cluster and runs Grafana's dashboard sidecar.
+- a PodMonitor in the training namespace that scrapes the worker pods' metrics port.
+- a PrometheusRule with the trainer alerts (:mod:`infra.alerts`).
+- a ConfigMap with the trainer dashboard (:mod:`infra.dashboards.trainer`), labelled for the
+  Grafana sidecar.
+
+Pure builders (:func:`helm_values`, :func:`pod_monitor_spec`, :func:`namespace_labels`,
+:func:`dashboard_labels`) hold all the content, so tests check it without Pulumi.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra import alerts
+from infra.config import ConfigError
+from infra.dashboards import trainer as trainer_dashboard
+from trainer.contract import METRICS_PATH, METRICS_PORT_NAME
+
+CHART_NAME = "kube-prometheus-stack"
+CHART_REPO = "https://prometheus-community.github.io/helm-charts"
+DEFAULT_CHART_VERSION = "81.4.5"
+"""kube-prometheus-stack 81.4.5 (prometheus-operator v0.88.0, Grafana chart 10.5.12)."""
+
+RELEASE_NAME = "tfd-monitoring"
+"""Helm release name, also the chart's ``fullnameOverride``: fixed so Service names are known
+(the chart would otherwise derive them from the release name and cut them at 26 chars)."""
+GRAFANA_SERVICE = f"{RELEASE_NAME}-grafana"
+GRAFANA_SERVICE_PORT = 80
+"""Port of the Grafana Service (the Grafana chart's default ``service.port``)."""
+PROMETHEUS_SERVICE = f"{RELEASE_NAME}-prometheus"
+PROMETHEUS_SERVICE_PORT = 9090
+"""Port of the Prometheus Service (the chart's default ``prometheus.service.port``)."""
+DATASOURCE_UID = "prometheus"
+"""Uid of the Prometheus data source the chart provisions in Grafana."""
+
+GRAFANA_ADMIN_SECRET = "tfd-grafana-admin"
+GRAFANA_ADMIN_USER = "admin"
+GRAFANA_USER_KEY = "admin-user"
+GRAFANA_PASSWORD_KEY = "admin-password"
+
+DASHBOARD_LABEL = "grafana_dashboard"
+DASHBOARD_LABEL_VALUE = "1"
+"""Label (and value) the Grafana sidecar watches for dashboard ConfigMaps."""
+DASHBOARD_CONFIGMAP = "tfd-trainer-dashboard"
+POD_MONITOR_NAME = "tfd-workers"
+"""Prometheus names the scrape job ``<training namespace>/tfd-workers``."""
+PROMETHEUS_RULE_NAME = "tfd-trainer"
+SCRAPE_INTERVAL = "15s"
+RETENTION = "15d"
+"""How long Prometheus keeps samples (the chart's default is 10d)."""
+RELEASE_TIMEOUT_S = 900
+"""Seconds Helm waits for the stack to become ready (CRDs, operator, Prometheus, Grafana)."""
+
+POD_SECURITY_LEVEL = "baseline"
+POD_SECURITY_AUDIT_LEVEL = "restricted"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+@dataclass(frozen=True)
+class MonitoringArgs:
+    """Inputs of :class:`Monitoring`.
+
+    Attributes:
+        namespace: monitoring namespace to create (RFC 1123 label, at most 63 chars), e.g.
+            ``monitoring``.
+        chart_version: exact kube-prometheus-stack version (``MAJOR.MINOR.PATCH``); the
+            tested one is :data:`DEFAULT_CHART_VERSION`.
+        grafana_admin_password: Grafana ``admin`` password (a secret Output); ``None`` lets the
+            Grafana chart generate one into the Secret ``<namespace>/tfd-monitoring-grafana``.
+        training_namespace: namespace of the worker pods; the PodMonitor goes there.
+        worker_selector: labels of the worker pods (non-empty), matched by the PodMonitor.
+        labels: common ``app.kubernetes.io/*`` labels put on every object created here
+            (default none).
+    """
+
+    namespace: str
+    chart_version: str
+    grafana_admin_password: pulumi.Output[str] | None
+    training_namespace: pulumi.Input[str]
+    worker_selector: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.namespace) > 63 or not _DNS_LABEL.match(self.namespace):
+            raise ConfigError(
+                [
+                    f"monitoringNamespace: must be a lowercase RFC 1123 label of at most 63 "
+                    f"characters; got {self.namespace!r}"
+                ]
+            )
+        if not _SEMVER.match(self.chart_version):
+            raise ConfigError(
+                [
+                    f"monitoringChartVersion: must be an exact chart version MAJOR.MINOR.PATCH "
+                    f"(e.g. {DEFAULT_CHART_VERSION!r}); got {self.chart_version!r}"
+                ]
+            )
+        if not self.worker_selector or not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in self.worker_selector.items()
+        ):
+            raise ConfigError(
+                [
+                    "MonitoringArgs.worker_selector: must be a non-empty mapping of label name to "
+                    f"value; got {self.worker_selector!r}"
+                ]
+            )
+        if isinstance(self.training_namespace, str) and not _DNS_LABEL.match(
+            self.training_namespace
+        ):
+            raise ConfigError(
+                [
+                    "MonitoringArgs.training_namespace: must be a lowercase RFC 1123 label; "
+                    f"got {self.training_namespace!r}"
+                ]
+            )
+
+
+def namespace_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """Labels of the monitoring Namespace: the common labels plus Pod Security levels."""
+    return {
+        **labels,
+        "pod-security.kubernetes.io/enforce": POD_SECURITY_LEVEL,
+        "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/warn": POD_SECURITY_AUDIT_LEVEL,
+        "pod-security.kubernetes.io/audit": POD_SECURITY_AUDIT_LEVEL,
+    }
+
+
+def dashboard_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """Labels of the dashboard ConfigMap: the common labels plus the sidecar's label."""
+    return {**labels, DASHBOARD_LABEL: DASHBOARD_LABEL_VALUE}
+
+
+def helm_values(args: MonitoringArgs) -> dict[str, Any]:
+    """Values for the kube-prometheus-stack chart. Never contains the Grafana password."""
+    if args.grafana_admin_password is not None:
+        admin: dict[str, Any] = {
+            "admin": {
+                "existingSecret": GRAFANA_ADMIN_SECRET,
+                "userKey": GRAFANA_USER_KEY,
+                "passwordKey": GRAFANA_PASSWORD_KEY,
+            }
+        }
+    else:
+        # The parent chart defaults adminPassword to a well-known string; empty makes the
+        # Grafana chart generate a random one instead.
+        admin = {"adminPassword": ""}
+    return {
+        "fullnameOverride": RELEASE_NAME,
+        # node-exporter needs a privileged namespace (hostNetwork/hostPID/hostPath); its
+        # default rules would only report it missing.
+        "nodeExporter": {"enabled": False},
+        "defaultRules": {"rules": {"nodeExporterAlerting": False, "nodeExporterRecording": False}},
+        "prometheus": {
+            "service": {"port": PROMETHEUS_SERVICE_PORT},
+            "prometheusSpec": {
+                # Select every PodMonitor/PrometheusRule (not only those labelled with this
+                # release), in every namespace: ours live in the training namespace.
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "ruleSelectorNilUsesHelmValues": False,
+                "retention": RETENTION,
+                "scrapeInterval": SCRAPE_INTERVAL,
+            },
+        },
+        "grafana": {
+            "fullnameOverride": GRAFANA_SERVICE,
+            **admin,
+            "service": {"port": GRAFANA_SERVICE_PORT},
+            "sidecar": {
+                "dashboards": {
+                    "enabled": True,
+                    "label": DASHBOARD_LABEL,
+                    "labelValue": DASHBOARD_LABEL_VALUE,
+                    "searchNamespace": args.namespace,
+                },
+                "datasources": {"enabled": True, "uid": DATASOURCE_UID},
+            },
+        },
+    }
+
+
+def pod_monitor_spec(worker_selector: Mapping[str, str]) -> dict[str, Any]:
+    """``spec`` of the PodMonitor that scrapes the worker pods in its own namespace."""
+    return {
+        "selector": {"matchLabels": dict(worker_selector)},
+        "podMetricsEndpoints": [
+            {
+                "port": METRICS_PORT_NAME,
+                "path": METRICS_PATH,
+                "scheme": "http",
+                "interval": SCRAPE_INTERVAL,
+            }
+        ],
+    }
+
+
+def port_forward_command(namespace: str, service: str, local_port: int, port: int) -> str:
+    """The ``kubectl port-forward`` command line that reaches ``service`` on localhost."""
+    return f"kubectl -n {namespace} port-forward svc/{service} {local_port}:{port}"
+
+
+class Monitoring(pulumi.ComponentResource):
+    """kube-prometheus-stack, the worker PodMonitor, trainer alerts and dashboard.
+
+    Outputs: ``namespace`` (name), ``grafana_service`` and ``prometheus_service``
+    (``<namespace>/<service>``), ``grafana_port_forward`` and ``prometheus_port_forward``
+    (commands that serve them on localhost:3000 and :9090), ``grafana_admin_secret``
+    (``<namespace>/<secret>`` holding the admin password).
+    """
+
+    def __init__(
+        self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("tfd:infra:Monitoring", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        ns = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=args.namespace, labels=namespace_labels(args.labels)
+            ),
+            opts=child,
+        )
+        ns_name = ns.metadata.name
+
+        release_deps: list[pulumi.Resource] = []
+        if args.grafana_admin_password is not None:
+            admin_secret = k8s.core.v1.Secret(
+                f"{name}-grafana-admin",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=GRAFANA_ADMIN_SECRET, namespace=ns_name, labels=dict(args.labels)
+                ),
+                type="Opaque",
+                string_data={
+                    GRAFANA_USER_KEY: GRAFANA_ADMIN_USER,
+                    GRAFANA_PASSWORD_KEY: pulumi.Output.secret(args.grafana_admin_password),
+                },
+                opts=child,
+            )
+            release_deps.append(admin_secret)
+            admin_secret_ref = GRAFANA_ADMIN_SECRET
+        else:
+            admin_secret_ref = GRAFANA_SERVICE
+
+        self.release = k8s.helm.v3.Release(
+            f"{name}-stack",
+            k8s.helm.v3.ReleaseArgs(
+                name=RELEASE_NAME,
+                chart=CHART_NAME,
+                version=args.chart_version,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
+                namespace=ns_name,
+                values=helm_values(args),
+                timeout=RELEASE_TIMEOUT_S,
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=release_deps),
+        )
+        # The PodMonitor/PrometheusRule kinds exist only once the chart installed its CRDs.
+        after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+
+        self.pod_monitor = k8s.apiextensions.CustomResource(
+            f"{name}-pod-monitor",
+            api_version="monitoring.coreos.com/v1",
+            kind="PodMonitor",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=POD_MONITOR_NAME, namespace=args.training_namespace, labels=dict(args.labels)
+            ),
+            spec=pod_monitor_spec(args.worker_selector),
+            opts=after_release,
+        )
+        self.prometheus_rule = k8s.apiextensions.CustomResource(
+            f"{name}-rules",
+            api_version="monitoring.coreos.com/v1",
+            kind="PrometheusRule",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=PROMETHEUS_RULE_NAME, namespace=ns_name, labels=dict(args.labels)
+            ),
+            spec={"groups": alerts.rule_groups()},
+            opts=after_release,
+        )
+        self.dashboard = k8s.core.v1.ConfigMap(
+            f"{name}-dashboard",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=DASHBOARD_CONFIGMAP, namespace=ns_name, labels=dashboard_labels(args.labels)
+            ),
+            data={trainer_dashboard.FILE_NAME: trainer_dashboard.dashboard_json()},
+            opts=child,
+        )
+
+        # Read the namespace through the release so these resolve once the stack exists.
+        released_ns = self.release.namespace
+        self.namespace: pulumi.Output[str] = ns_name
+        self.grafana_service: pulumi.Output[str] = pulumi.Output.concat(
+            released_ns, "/", GRAFANA_SERVICE
+        )
+        self.prometheus_service: pulumi.Output[str] = pulumi.Output.concat(
+            released_ns, "/", PROMETHEUS_SERVICE
+        )
+        self.grafana_port_forward: pulumi.Output[str] = released_ns.apply(
+            lambda n: port_forward_command(n, GRAFANA_SERVICE, 3000, GRAFANA_SERVICE_PORT)
+        )
+        self.prometheus_port_forward: pulumi.Output[str] = released_ns.apply(
+            lambda n: port_forward_command(n, PROMETHEUS_SERVICE, 9090, PROMETHEUS_SERVICE_PORT)
+        )
+        self.grafana_admin_secret: pulumi.Output[str] = pulumi.Output.concat(
+            ns_name, "/", admin_secret_ref
+        )
+        self.register_outputs(
+            {
+                "namespace": self.namespace,
+                "grafana_service": self.grafana_service,
+                "prometheus_service": self.prometheus_service,
+                "grafana_port_forward": self.grafana_port_forward,
+                "prometheus_port_forward": self.prometheus_port_forward,
+                "grafana_admin_secret": self.grafana_admin_secret,
+            }
+        )
