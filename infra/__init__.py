@@ -1,0 +1,1 @@
+"""The Pulumi program of tf-distributed: typed config, components, and an offline renderer."""

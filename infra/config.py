@@ -1,0 +1,808 @@
+"""Typed stack configuration: parsed once, validated completely, before any resource exists.
+
+Every key is declared in ``Pulumi.yaml`` (``config:`` block, with type, default and
+description); the Pulumi CLI applies those defaults and hands the program flat string values
+(``"2"``, ``"true"``, JSON for arrays). :func:`parse_config` turns that flat mapping into frozen
+dataclasses and refuses, in one :class:`ConfigError` listing every problem, any value that breaks
+a rule: each line names the key, the rule and the value received. :func:`load_config` reads the
+mapping from the Pulumi runtime; it is the only function here that touches Pulumi.
+
+Secrets (kubeconfig, registry password, Grafana password) must be set with
+``pulumi config set --secret``; they stay ``pulumi.Output`` secrets from here on.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+
+from trainer import contract
+
+PROJECT = "tf-distributed"
+"""Pulumi project name; project config keys are ``tf-distributed:<key>``."""
+PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
+DISABLE_DEFAULT_PROVIDERS = "pulumi:disable-default-providers"
+
+CLUSTER_KINDS = ("minikube", "cloud")
+COLLECTIVES = ("auto", "ring", "nccl")
+RETENTION_POLICIES = ("Retain", "Delete")
+TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+CHECKPOINT_URI_SCHEMES = ("gs://", "s3://")
+MINIKUBE_CONTEXT = "minikube"
+"""Kube context used for ``clusterKind: minikube`` when ``kubeContext`` is empty."""
+
+SECRET_KEYS = frozenset({"kubeconfig", "imageRegistryPassword", "grafanaAdminPassword"})
+"""Keys whose non-empty value must have been set with ``pulumi config set --secret``."""
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Kubernetes label key: optional DNS-subdomain prefix + "/" + name of [A-Za-z0-9._-] (<= 63).
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+_RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
+_TOKEN = re.compile(r"^[A-Za-z0-9_.:/*?\[\]-]+$")
+# Kubernetes resource.Quantity: a signed decimal number and an optional suffix.
+_QUANTITY = re.compile(
+    r"^(?P<num>\+?(\d+(\.\d*)?|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
+)
+_SUFFIX = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+}
+
+
+class ConfigError(ValueError):
+    """The stack configuration breaks a rule; one line per problem: ``<key>: <rule>; got <v>``."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__(
+            "invalid stack configuration (nothing was registered):\n  " + "\n  ".join(problems)
+        )
+
+
+def parse_quantity(text: str) -> Decimal:
+    """Value of a Kubernetes quantity (``500m`` -> 0.5, ``2Gi`` -> 2147483648).
+
+    Raises:
+        ValueError: ``text`` is not a quantity.
+    """
+    match = _QUANTITY.match(text)
+    if not match:
+        raise ValueError(text)
+    suffix = match["suffix"] or ""
+    try:
+        scale = _SUFFIX[suffix] if suffix in _SUFFIX else Decimal(f"1{suffix}")
+        return Decimal(match["num"]) * scale
+    except InvalidOperation:
+        raise ValueError(text) from None
+
+
+# --- Typed configuration. ---
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A pod toleration from ``key[=value]:Effect`` (no value: ``operator: Exists``)."""
+
+    key: str
+    value: str | None
+    effect: str
+
+    def manifest(self) -> dict[str, str]:
+        out = {"key": self.key, "operator": "Exists" if self.value is None else "Equal"}
+        if self.value is not None:
+            out["value"] = self.value
+        out["effect"] = self.effect
+        return out
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Which cluster the explicit Kubernetes provider talks to.
+
+    Attributes:
+        kind: ``minikube`` or ``cloud``.
+        context: kube context name; ``None`` = the kubeconfig's current context.
+        kubeconfig: secret kubeconfig contents; ``None`` = ``~/.kube/config`` / ``KUBECONFIG``.
+        domain: cluster DNS domain (default ``cluster.local``).
+        api_server_cidrs: CIDRs of the API server endpoints (egress allowed only with
+            autoscaling on, when the trainer reads its StatefulSet).
+        api_server_ports: TCP ports of those endpoints.
+        egress_https_cidrs: CIDRs the workers may reach on TCP 443 (dataset downloads, object
+            stores); empty = no egress beyond peers, DNS and (with autoscaling) the API server.
+    """
+
+    kind: str
+    context: str | None
+    kubeconfig: pulumi.Output[str] | None
+    domain: str
+    api_server_cidrs: tuple[str, ...]
+    api_server_ports: tuple[int, ...]
+    egress_https_cidrs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """The worker StatefulSet's pods.
+
+    Attributes:
+        replicas: workers (1-1000); the HPA's starting point when autoscaling is on.
+        gpus: GPUs per worker (0-16; 0 = CPU only, no GPU limit, selector or tolerations).
+        gpu_resource: extended resource name of a GPU (default ``nvidia.com/gpu``).
+        cpu_request, cpu_limit, memory_request, memory_limit: Kubernetes quantities.
+        gpu_node_selector: node labels GPU workers must match (``key=value`` each).
+        gpu_tolerations: taints GPU workers tolerate.
+        termination_grace_seconds: SIGTERM-to-SIGKILL time for a preemption checkpoint
+            (30-3600 s).
+        grpc_port, metrics_port: container ports (1024-65535; non-root cannot bind below).
+    """
+
+    replicas: int
+    gpus: int
+    gpu_resource: str
+    cpu_request: str
+    cpu_limit: str
+    memory_request: str
+    memory_limit: str
+    gpu_node_selector: tuple[tuple[str, str], ...]
+    gpu_tolerations: tuple[Toleration, ...]
+    termination_grace_seconds: int
+    grpc_port: int
+    metrics_port: int
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Shared checkpoint storage: one ReadWriteMany claim, or an object-store URI.
+
+    Attributes:
+        storage_class: StorageClass of the claim (must support ReadWriteMany).
+        size: claim size, a Kubernetes quantity of bytes (e.g. ``10Gi``).
+        uri: ``gs://`` or ``s3://`` checkpoint location; ``None`` = the shared claim.
+        retention: ``Retain`` keeps the claim (and its checkpoints) on ``pulumi destroy`` and
+            StatefulSet deletion/scale-down; ``Delete`` removes it.
+    """
+
+    storage_class: str
+    size: str
+    uri: str | None
+    retention: str
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Flags of ``python -m trainer`` (see ``trainer/cli.py`` for their meaning).
+
+    Attributes:
+        dataset: ``synthetic``, ``mnist`` or a path/URI of the data.
+        epochs: >= 1. batch_size: examples per worker per step, >= 1.
+        steps_per_epoch: >= 0 (0 = examples // global batch).
+        checkpoint_every: global steps between checkpoints, >= 1.
+        collective: ``auto``, ``ring`` or ``nccl`` (``nccl`` needs GPUs).
+        collective_timeout_seconds, heartbeat_timeout_seconds: 1-86399 s.
+    """
+
+    dataset: str
+    epochs: int
+    batch_size: int
+    steps_per_epoch: int
+    checkpoint_every: int
+    collective: str
+    collective_timeout_seconds: int
+    heartbeat_timeout_seconds: int
+
+
+@dataclass(frozen=True)
+class AutoscalingConfig:
+    """HorizontalPodAutoscaler (``autoscaling/v2``) on the worker StatefulSet.
+
+    Attributes:
+        enabled: create the HPA (and let the trainer read the live replica count).
+        min_replicas, max_replicas: 1 <= min <= max <= 1000.
+        cpu_utilization: target average CPU utilization, percent of requests (1-100).
+        scale_down_window_seconds: scale-down stabilization window (0-3600 s).
+    """
+
+    enabled: bool
+    min_replicas: int
+    max_replicas: int
+    cpu_utilization: int
+    scale_down_window_seconds: int
+
+
+@dataclass(frozen=True)
+class MonitoringConfig:
+    """The monitoring stack (kube-prometheus-stack), only deployed when ``enabled``."""
+
+    enabled: bool
+    namespace: str = "monitoring"
+    chart_version: str = ""
+    grafana_admin_password: pulumi.Output[str] | None = None
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """The trainer image build (see ``infra/image.py``)."""
+
+    repository: str = "tf-distributed-trainer"
+    tag: str = "0.1.0"
+    registry: str | None = None
+    registry_username: str | None = None
+    registry_password: pulumi.Output[str] | None = None
+    docker_host: str | None = None
+    docker_cert_path: str | None = None
+    platform: str = "linux/amd64"
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """The whole validated configuration of one stack.
+
+    Attributes:
+        app_name: prefix of every Kubernetes object name (DNS label, <= 40 characters).
+        namespace: namespace of the training objects (created by the stack).
+    """
+
+    app_name: str
+    namespace: str
+    cluster: ClusterConfig
+    workers: WorkerConfig
+    storage: StorageConfig
+    training: TrainingConfig
+    autoscaling: AutoscalingConfig
+    monitoring: MonitoringConfig
+    image: ImageConfig = field(default_factory=ImageConfig)
+
+    @property
+    def statefulset_name(self) -> str:
+        return f"{self.app_name}-worker"
+
+    @property
+    def service_name(self) -> str:
+        return f"{self.app_name}-workers"
+
+    @property
+    def service_account_name(self) -> str:
+        return f"{self.app_name}-worker"
+
+    @property
+    def checkpoint_claim_name(self) -> str:
+        return f"{self.app_name}-checkpoints"
+
+    @property
+    def replicas_source(self) -> str:
+        """``api`` when an autoscaler may change the replicas under the pods, else ``env``."""
+        return "api" if self.autoscaling.enabled else "env"
+
+
+# --- Parsing. ---
+
+
+class _Reader:
+    """Reads typed values out of the flat string mapping, collecting every problem."""
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.raw = raw
+        self.problems: list[str] = []
+        self.read: set[str] = set()
+
+    def fail(self, key: str, rule: str, value: Any) -> None:
+        self.problems.append(f"{PROJECT}:{key}: {rule}; got {value!r}")
+
+    def _get(self, key: str) -> Any:
+        self.read.add(key)
+        full = f"{PROJECT}:{key}"
+        if full not in self.raw:
+            self.problems.append(
+                f"{full}: required (declared in Pulumi.yaml; the Pulumi CLI >= 3.44 applies "
+                "its default); got no value"
+            )
+            return None
+        return self.raw[full]
+
+    def string(
+        self, key: str, pattern: re.Pattern[str] | None = None, rule: str = "", empty: bool = False
+    ) -> str:
+        value = self._get(key)
+        if value is None:
+            return ""
+        text = str(value)
+        if text == "" and empty:
+            return ""
+        if text == "" or (pattern is not None and not pattern.match(text)):
+            self.fail(key, rule or "must be a non-empty string", value)
+        return text
+
+    def choice(self, key: str, choices: tuple[str, ...]) -> str:
+        value = self._get(key)
+        if value is not None and value not in choices:
+            self.fail(key, f"must be one of {', '.join(choices)}", value)
+        return str(value) if value is not None else choices[0]
+
+    def integer(self, key: str, lo: int, hi: int) -> int:
+        value = self._get(key)
+        if value is None:
+            return lo
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            self.fail(key, f"must be an integer in [{lo}, {hi}]", value)
+            return lo
+        if not lo <= number <= hi:
+            self.fail(key, f"must be an integer in [{lo}, {hi}]", value)
+        return number
+
+    def boolean(self, key: str) -> bool:
+        value = self._get(key)
+        if isinstance(value, bool):
+            return value
+        if value in ("true", "false"):
+            return value == "true"
+        if value is not None:
+            self.fail(key, "must be a boolean (true or false)", value)
+        return False
+
+    def string_list(self, key: str) -> tuple[str, ...]:
+        value = self._get(key)
+        if value is None:
+            return ()
+        items: Any = value
+        if isinstance(value, str):
+            try:
+                items = json.loads(value) if value.strip() else []
+            except ValueError:
+                self.fail(key, "must be an array of strings (JSON when given as text)", value)
+                return ()
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            self.fail(key, "must be an array of strings", value)
+            return ()
+        return tuple(items)
+
+    def int_list(self, key: str, lo: int, hi: int) -> tuple[int, ...]:
+        value = self._get(key)
+        if value is None:
+            return ()
+        items: Any = value
+        if isinstance(value, str):
+            try:
+                items = json.loads(value) if value.strip() else []
+            except ValueError:
+                items = None
+        ok = isinstance(items, list) and all(
+            isinstance(i, int) and not isinstance(i, bool) and lo <= i <= hi for i in items
+        )
+        if not ok:
+            self.fail(key, f"must be an array of integers in [{lo}, {hi}]", value)
+            return ()
+        return tuple(items)
+
+    def quantity(self, key: str, what: str) -> tuple[str, Decimal]:
+        text = self.string(key)
+        try:
+            amount = parse_quantity(text)
+        except ValueError:
+            self.fail(
+                key, f"must be a Kubernetes quantity of {what} (e.g. {_EXAMPLES[what]})", text
+            )
+            return text, Decimal(0)
+        if amount <= 0:
+            self.fail(key, f"must be a positive quantity of {what}", text)
+        return text, amount
+
+
+_EXAMPLES = {"CPU": "'500m' or '2'", "memory": "'512Mi' or '4Gi'", "storage": "'10Gi'"}
+
+
+def _parse_toleration(reader: _Reader, key: str, text: str) -> Toleration | None:
+    head, sep, effect = text.rpartition(":")
+    name, eq, value = head.partition("=")
+    if (
+        not sep
+        or effect not in TOLERATION_EFFECTS
+        or not _label_key_ok(name)
+        or (eq and not _LABEL_VALUE.match(value))
+    ):
+        reader.fail(
+            key,
+            f"each entry must be 'key[=value]:Effect' with Effect one of "
+            f"{', '.join(TOLERATION_EFFECTS)}",
+            text,
+        )
+        return None
+    return Toleration(key=name, value=value if eq else None, effect=effect)
+
+
+def _label_key_ok(key: str) -> bool:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return bool(name) and bool(_LABEL_NAME.match(name))
+
+
+def _check_secrets(
+    reader: _Reader, secret_keys: Collection[str], secrets: Mapping[str, pulumi.Output[str]]
+) -> dict[str, pulumi.Output[str] | None]:
+    out: dict[str, pulumi.Output[str] | None] = {}
+    for key in sorted(SECRET_KEYS):
+        value = reader._get(key)
+        if value in ("", None):
+            out[key] = None
+        elif f"{PROJECT}:{key}" not in secret_keys:
+            # Never echo the value: it was meant to be secret.
+            reader.problems.append(
+                f"{PROJECT}:{key}: must be set with 'pulumi config set --secret {key}' "
+                "(encrypted in the stack file); got a plaintext value"
+            )
+            out[key] = None
+        else:
+            out[key] = secrets.get(key)
+    return out
+
+
+def parse_config(
+    raw: Mapping[str, Any],
+    secret_keys: Collection[str] = (),
+    secrets: Mapping[str, pulumi.Output[str]] | None = None,
+) -> StackConfig:
+    """Validate the flat configuration and build the typed :class:`StackConfig`.
+
+    Args:
+        raw: fully qualified keys (``tf-distributed:replicas``) to values as the Pulumi runtime
+            gives them (strings; arrays as JSON text). Other namespaces are ignored, except
+            ``pulumi:disable-default-providers``, which must include ``kubernetes`` (or ``*``).
+        secret_keys: fully qualified keys whose values are secrets.
+        secrets: the secret values as ``pulumi.Output`` (from ``Config.get_secret``), keyed by
+            the short key; only read when the whole configuration is valid.
+
+    Raises:
+        ConfigError: one or more values break a rule; nothing has been registered.
+    """
+    r = _Reader(raw)
+
+    app_name = r.string("appName", _DNS_LABEL, "must be a lowercase DNS label")
+    if len(app_name) > 40:
+        r.fail("appName", "must be at most 40 characters (pod names append suffixes)", app_name)
+    namespace = r.string("namespace", _DNS_LABEL, "must be a lowercase DNS label (<= 63)")
+    if len(namespace) > 63:
+        r.fail("namespace", "must be at most 63 characters", namespace)
+
+    # Cluster.
+    kind = r.choice("clusterKind", CLUSTER_KINDS)
+    context = r.string("kubeContext", empty=True) or None
+    secret_values = _check_secrets(r, secret_keys, secrets or {})
+    has_kubeconfig = raw.get(f"{PROJECT}:kubeconfig", "") not in ("", None)
+    if kind == "cloud" and context is None and not has_kubeconfig:
+        r.fail(
+            "kubeContext",
+            "clusterKind 'cloud' needs a kube context and/or a secret kubeconfig "
+            "(tf-distributed:kubeconfig)",
+            "",
+        )
+    if kind == "minikube" and context is None and not has_kubeconfig:
+        context = MINIKUBE_CONTEXT
+    domain = r.string("clusterDomain", _DNS_SUBDOMAIN, "must be a lowercase DNS domain")
+    cidrs = r.string_list("apiServerCidrs")
+    for cidr in cidrs:
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            r.fail("apiServerCidrs", "each entry must be a CIDR such as '10.0.0.1/32'", cidr)
+    api_ports = r.int_list("apiServerPorts", 1, 65535)
+    egress_cidrs = r.string_list("egressHttpsCidrs")
+    for cidr in egress_cidrs:
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            r.fail("egressHttpsCidrs", "each entry must be a CIDR such as '0.0.0.0/0'", cidr)
+
+    # Workers.
+    replicas = r.integer("replicas", 1, 1000)
+    gpus = r.integer("gpusPerWorker", 0, 16)
+    gpu_resource = r.string(
+        "gpuResourceName", _RESOURCE_NAME, "must be an extended resource name 'domain/name'"
+    )
+    cpu_request, cpu_req_v = r.quantity("cpuRequest", "CPU")
+    cpu_limit, cpu_lim_v = r.quantity("cpuLimit", "CPU")
+    if cpu_req_v > 0 and cpu_lim_v > 0 and cpu_lim_v < cpu_req_v:
+        r.fail("cpuLimit", f"must be >= cpuRequest ({cpu_request})", cpu_limit)
+    memory_request, mem_req_v = r.quantity("memoryRequest", "memory")
+    memory_limit, mem_lim_v = r.quantity("memoryLimit", "memory")
+    if mem_req_v > 0 and mem_lim_v > 0 and mem_lim_v < mem_req_v:
+        r.fail("memoryLimit", f"must be >= memoryRequest ({memory_request})", memory_limit)
+    selector: list[tuple[str, str]] = []
+    for entry in r.string_list("gpuNodeSelector"):
+        k, eq, v = entry.partition("=")
+        if not eq or not _label_key_ok(k) or not _LABEL_VALUE.match(v):
+            r.fail("gpuNodeSelector", "each entry must be a node label 'key=value'", entry)
+        else:
+            selector.append((k, v))
+    tolerations = tuple(
+        t
+        for t in (
+            _parse_toleration(r, "gpuTolerations", e) for e in r.string_list("gpuTolerations")
+        )
+        if t is not None
+    )
+    grace = r.integer("terminationGracePeriodSeconds", 30, 3600)
+    grpc_port = r.integer("grpcPort", 1024, 65535)
+    metrics_port = r.integer("metricsPort", 1024, 65535)
+    if grpc_port == metrics_port:
+        r.fail("metricsPort", f"must differ from grpcPort ({grpc_port})", metrics_port)
+
+    # Storage.
+    storage_class = r.string(
+        "checkpointStorageClass", _DNS_SUBDOMAIN, "must be a StorageClass name (DNS subdomain)"
+    )
+    size, size_v = r.quantity("checkpointSize", "storage")
+    if size_v and size_v != size_v.to_integral_value():
+        r.fail("checkpointSize", "must be a whole number of bytes (e.g. '10Gi')", size)
+    uri = r.string("checkpointUri", empty=True) or None
+    if uri is not None and (
+        not uri.startswith(CHECKPOINT_URI_SCHEMES) or len(uri) <= 5 or " " in uri
+    ):
+        r.fail("checkpointUri", "must be empty or a gs://bucket/path or s3://bucket/path URI", uri)
+    retention = r.choice("checkpointRetention", RETENTION_POLICIES)
+
+    # Training.
+    dataset = r.string("dataset", _TOKEN, "must be 'synthetic', 'mnist' or a path/URI")
+    epochs = r.integer("epochs", 1, 100_000)
+    batch_size = r.integer("batchSize", 1, 1_000_000)
+    steps_per_epoch = r.integer("stepsPerEpoch", 0, 100_000_000)
+    checkpoint_every = r.integer("checkpointEvery", 1, 100_000_000)
+    remote = [v for v in (dataset, uri or "") if v == "mnist" or v.startswith(("gs:", "s3:"))]
+    if remote and not egress_cidrs:
+        r.fail(
+            "egressHttpsCidrs",
+            f"must allow HTTPS egress for {remote[0]!r} (dataset or checkpointUri fetched over "
+            "the network; the namespace denies all other egress)",
+            [],
+        )
+    collective = r.choice("collective", COLLECTIVES)
+    if collective == "nccl" and gpus == 0:
+        r.fail("collective", "'nccl' needs gpusPerWorker >= 1", collective)
+    collective_timeout = r.integer("collectiveTimeoutSeconds", 1, 86_399)
+    heartbeat_timeout = r.integer("heartbeatTimeoutSeconds", 1, 86_399)
+    if collective_timeout >= grace:
+        r.fail(
+            "terminationGracePeriodSeconds",
+            f"must exceed collectiveTimeoutSeconds ({collective_timeout}) so a preempted "
+            "worker can finish its checkpoint",
+            grace,
+        )
+
+    # Autoscaling.
+    hpa_on = r.boolean("autoscalingEnabled")
+    hpa_min = r.integer("autoscalingMinReplicas", 1, 1000)
+    hpa_max = r.integer("autoscalingMaxReplicas", 1, 1000)
+    cpu_target = r.integer("autoscalingCpuUtilization", 1, 100)
+    window = r.integer("autoscalingScaleDownWindowSeconds", 0, 3600)
+    if hpa_on:
+        if hpa_min > hpa_max:
+            r.fail(
+                "autoscalingMinReplicas",
+                f"must be <= autoscalingMaxReplicas ({hpa_max})",
+                hpa_min,
+            )
+        elif not hpa_min <= replicas <= hpa_max:
+            r.fail(
+                "replicas",
+                f"must lie within [autoscalingMinReplicas, autoscalingMaxReplicas] = "
+                f"[{hpa_min}, {hpa_max}] when autoscaling is enabled",
+                replicas,
+            )
+        if not cidrs or not api_ports:
+            r.fail(
+                "apiServerCidrs",
+                "autoscaling needs the API server's CIDRs and ports (apiServerCidrs, "
+                "apiServerPorts): workers read their StatefulSet's live replica count",
+                list(cidrs),
+            )
+
+    # Monitoring.
+    mon_on = r.boolean("monitoringEnabled")
+    mon_ns = r.string("monitoringNamespace", _DNS_LABEL, "must be a lowercase DNS label")
+    if mon_on and mon_ns == namespace:
+        r.fail("monitoringNamespace", f"must differ from namespace ({namespace})", mon_ns)
+    chart_version = r.string(
+        "monitoringChartVersion",
+        re.compile(r"^\d+\.\d+\.\d+$"),
+        "must be an exact chart version 'MAJOR.MINOR.PATCH'",
+    )
+
+    # Image (infra/image.py validates the syntax of these; the rules that need other keys or
+    # must hold before any resource exists are checked here).
+    repository = r.string("imageRepository")
+    tag = r.string("imageTag")
+    if tag == "latest":
+        r.fail("imageTag", "must be a fixed version, not 'latest'", tag)
+    registry = r.string("imageRegistry", empty=True) or None
+    if kind == "cloud" and registry is None:
+        r.fail("imageRegistry", "required when clusterKind is 'cloud' (images are pushed)", "")
+    registry_username = r.string("imageRegistryUsername", empty=True) or None
+    docker_host = r.string("dockerHost", empty=True) or None
+    docker_cert_path = r.string("dockerCertPath", empty=True) or None
+    platform = r.string("imagePlatform")
+
+    # Default providers: nothing may land on whatever cluster the shell points at.
+    disabled = raw.get(DISABLE_DEFAULT_PROVIDERS)
+    try:
+        disabled_list = json.loads(disabled) if isinstance(disabled, str) else disabled
+    except ValueError:
+        disabled_list = None
+    if not isinstance(disabled_list, list) or not (
+        "kubernetes" in disabled_list or "*" in disabled_list
+    ):
+        r.problems.append(
+            f"{DISABLE_DEFAULT_PROVIDERS}: must list 'kubernetes' (or '*') in the stack file; "
+            f"got {disabled!r}"
+        )
+
+    for full_key in sorted(raw):
+        namespace_, _, key = full_key.partition(":")
+        if namespace_ == PROJECT and key not in r.read:
+            r.problems.append(
+                f"{full_key}: unknown key (not declared in Pulumi.yaml); got {raw[full_key]!r}"
+            )
+
+    if r.problems:
+        raise ConfigError(r.problems)
+
+    return StackConfig(
+        app_name=app_name,
+        namespace=namespace,
+        cluster=ClusterConfig(
+            kind=kind,
+            context=context,
+            kubeconfig=secret_values["kubeconfig"],
+            domain=domain,
+            api_server_cidrs=cidrs,
+            api_server_ports=api_ports,
+            egress_https_cidrs=egress_cidrs,
+        ),
+        workers=WorkerConfig(
+            replicas=replicas,
+            gpus=gpus,
+            gpu_resource=gpu_resource,
+            cpu_request=cpu_request,
+            cpu_limit=cpu_limit,
+            memory_request=memory_request,
+            memory_limit=memory_limit,
+            gpu_node_selector=tuple(selector),
+            gpu_tolerations=tolerations,
+            termination_grace_seconds=grace,
+            grpc_port=grpc_port,
+            metrics_port=metrics_port,
+        ),
+        storage=StorageConfig(storage_class=storage_class, size=size, uri=uri, retention=retention),
+        training=TrainingConfig(
+            dataset=dataset,
+            epochs=epochs,
+            batch_size=batch_size,
+            steps_per_epoch=steps_per_epoch,
+            checkpoint_every=checkpoint_every,
+            collective=collective,
+            collective_timeout_seconds=collective_timeout,
+            heartbeat_timeout_seconds=heartbeat_timeout,
+        ),
+        autoscaling=AutoscalingConfig(
+            enabled=hpa_on,
+            min_replicas=hpa_min,
+            max_replicas=hpa_max,
+            cpu_utilization=cpu_target,
+            scale_down_window_seconds=window,
+        ),
+        monitoring=MonitoringConfig(
+            enabled=mon_on,
+            namespace=mon_ns,
+            chart_version=chart_version,
+            grafana_admin_password=secret_values["grafanaAdminPassword"],
+        ),
+        image=ImageConfig(
+            repository=repository,
+            tag=tag,
+            registry=registry,
+            registry_username=registry_username,
+            registry_password=secret_values["imageRegistryPassword"],
+            docker_host=docker_host,
+            docker_cert_path=docker_cert_path,
+            platform=platform,
+        ),
+    )
+
+
+# --- Project declarations (Pulumi.yaml) and the Pulumi runtime. ---
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One ``config:`` entry of ``Pulumi.yaml``."""
+
+    key: str
+    type: str
+    default: Any
+    description: str
+    items_type: str | None = None
+
+
+def project_declarations(path: Path = PROJECT_FILE) -> dict[str, Declaration]:
+    """The project-namespace config declarations of ``Pulumi.yaml``, by short key."""
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    out: dict[str, Declaration] = {}
+    for key, spec in (doc.get("config") or {}).items():
+        if ":" in key and not key.startswith(f"{PROJECT}:"):
+            continue
+        short = key.split(":", 1)[-1]
+        out[short] = Declaration(
+            key=short,
+            type=spec["type"],
+            default=spec.get("default"),
+            description=spec.get("description", ""),
+            items_type=(spec.get("items") or {}).get("type"),
+        )
+    return out
+
+
+def to_config_text(value: Any) -> str:
+    """A typed YAML value as the Pulumi CLI hands it to the program (arrays as JSON)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def _runtime_config() -> tuple[dict[str, Any], set[str]]:
+    """Every config key the engine gave this program, and which of them are secret."""
+    from pulumi.runtime import config as runtime_config
+
+    values: dict[str, Any] = dict(runtime_config.get_config_env())
+    values.update(runtime_config.CONFIG.get())
+    secret = set(runtime_config.get_config_secret_keys_env())
+    secret.update(k for k in values if runtime_config.is_config_secret(k))
+    return values, secret
+
+
+def load_config(
+    reader: Callable[[], tuple[dict[str, Any], set[str]]] = _runtime_config,
+) -> StackConfig:
+    """Read and validate this stack's configuration from the Pulumi runtime.
+
+    Raises:
+        ConfigError: see :func:`parse_config`.
+    """
+    raw, secret_keys = reader()
+    cfg = pulumi.Config(PROJECT)
+    secrets = {
+        key: cfg.get_secret(key)
+        for key in SECRET_KEYS
+        if raw.get(f"{PROJECT}:{key}") not in ("", None)
+    }
+    return parse_config(raw, secret_keys, {k: v for k, v in secrets.items() if v is not None})
+
+
+def contract_defaults() -> dict[str, int | str]:
+    """Config keys whose ``Pulumi.yaml`` default must equal the pod contract's default."""
+    return {
+        "grpcPort": contract.DEFAULT_GRPC_PORT,
+        "metricsPort": contract.DEFAULT_METRICS_PORT,
+        "clusterDomain": contract.DEFAULT_CLUSTER_DOMAIN,
+    }

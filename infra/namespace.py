@@ -1,0 +1,121 @@
+"""The training namespace, the workers' ServiceAccount and their (minimal) RBAC.
+
+The trainer calls the Kubernetes API for one thing only: with autoscaling on
+(``TFD_REPLICAS_SOURCE=api``) it GETs its own StatefulSet to learn the live replica count. So
+the Role grants exactly ``get`` on that one StatefulSet, and exists only then. The token is
+never automounted: the StatefulSet projects a short-lived one (see :mod:`infra.workers`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from infra.config import StackConfig
+from infra.labels import kwargs, metadata
+
+COMPONENT_TYPE = "tfd:infra:TrainingNamespace"
+PSA_LEVEL = "restricted"
+PSA_VERSION = "latest"
+
+
+def namespace_manifest(cfg: StackConfig) -> dict:
+    """Namespace with Pod Security Admission ``restricted`` enforced (and audited, warned)."""
+    meta = metadata(cfg, cfg.namespace, "namespace", namespaced=False)
+    for mode in ("enforce", "audit", "warn"):
+        meta["labels"][f"pod-security.kubernetes.io/{mode}"] = PSA_LEVEL
+        meta["labels"][f"pod-security.kubernetes.io/{mode}-version"] = PSA_VERSION
+    return {"metadata": meta}
+
+
+def service_account_manifest(cfg: StackConfig) -> dict:
+    """The workers' dedicated ServiceAccount; no token is automounted from it."""
+    return {
+        "metadata": metadata(cfg, cfg.service_account_name, "worker"),
+        "automountServiceAccountToken": False,
+    }
+
+
+def role_rules(cfg: StackConfig) -> list[dict]:
+    """What the trainer calls: ``get`` on its own StatefulSet, only with autoscaling on."""
+    if not cfg.autoscaling.enabled:
+        return []
+    return [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["statefulsets"],
+            "resourceNames": [cfg.statefulset_name],
+            "verbs": ["get"],
+        }
+    ]
+
+
+def role_manifest(cfg: StackConfig) -> dict | None:
+    rules = role_rules(cfg)
+    if not rules:
+        return None
+    return {"metadata": metadata(cfg, f"{cfg.app_name}-read-statefulset", "worker"), "rules": rules}
+
+
+def role_binding_manifest(cfg: StackConfig) -> dict | None:
+    role = role_manifest(cfg)
+    if role is None:
+        return None
+    return {
+        "metadata": metadata(cfg, f"{cfg.app_name}-read-statefulset", "worker"),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        },
+        "subjects": [
+            {"kind": "ServiceAccount", "name": cfg.service_account_name, "namespace": cfg.namespace}
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class TrainingNamespaceArgs:
+    cfg: StackConfig
+
+
+class TrainingNamespace(pulumi.ComponentResource):
+    """Namespace, ServiceAccount and (with autoscaling) Role + RoleBinding.
+
+    Attributes:
+        namespace_name: the namespace, as an output of the Namespace (children depend on it).
+        service_account_name: the workers' ServiceAccount name.
+    """
+
+    namespace_name: pulumi.Output[str]
+    service_account_name: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: TrainingNamespaceArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(COMPONENT_TYPE, name, None, opts)
+        cfg = args.cfg
+        child = pulumi.ResourceOptions(parent=self)
+        ns = kubernetes.core.v1.Namespace(name, **kwargs(namespace_manifest(cfg)), opts=child)
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        sa = kubernetes.core.v1.ServiceAccount(
+            f"{name}-worker", **kwargs(service_account_manifest(cfg)), opts=in_ns
+        )
+        role = role_manifest(cfg)
+        binding = role_binding_manifest(cfg)
+        if role is not None and binding is not None:
+            created = kubernetes.rbac.v1.Role(
+                f"{name}-read-statefulset", **kwargs(role), opts=in_ns
+            )
+            kubernetes.rbac.v1.RoleBinding(
+                f"{name}-read-statefulset",
+                **kwargs(binding),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[created, sa]),
+            )
+        self.namespace_name = ns.metadata.apply(lambda m: m.name)
+        self.service_account_name = sa.metadata.apply(lambda m: m.name)
+        self.register_outputs(
+            {"namespace": self.namespace_name, "service_account": self.service_account_name}
+        )

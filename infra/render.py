@@ -1,0 +1,330 @@
+"""Render a stack offline: run the real program under Pulumi's mocks, write what it would apply.
+
+    python -m infra.render --stack dev --out out/dev
+
+No Pulumi CLI, no cluster, no Docker daemon. The stack's configuration is what the CLI would
+give the program: the ``Pulumi.yaml`` defaults overlaid with ``Pulumi.<stack>.yaml``. Secret
+(``secure:``) values cannot be decrypted here; they become the placeholder :data:`SECRET_TEXT`
+and stay marked secret, and every secret that reaches a resource is written as that placeholder.
+
+Output layout::
+
+    DIR/manifests/<kind>-[<namespace>-]<name>.yaml   one Kubernetes object per file
+    DIR/pulumi/<type>-<name>.yaml                     provider, Helm release, image build
+    DIR/pulumi/stack-outputs.yaml                     the stack outputs
+
+Validators (kubernetes-validate, checkov) read ``DIR/manifests`` only. Numbers are written as
+integers where the value is whole (the mocks see every number as a float).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import runpy
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as pulumi_settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from infra.config import PROJECT, project_declarations, to_config_text
+from infra.image import mock_image_outputs
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = ROOT / "__main__.py"
+STACKS = ("dev", "prod")
+SECRET_TEXT = "[secret]"
+# How the Pulumi runtime marks a secret value inside serialized inputs.
+_SECRET_SIG = "4dabf18193072939515e22adb298388d"
+_SAFE = re.compile(r"[^a-z0-9.-]+")
+
+
+class RenderError(RuntimeError):
+    """The stack file is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    """One resource the program registered, as the engine would receive it.
+
+    Attributes:
+        type: Pulumi type token, e.g. ``kubernetes:apps/v1:StatefulSet``.
+        name: Pulumi logical name.
+        inputs: the inputs, secrets replaced by :data:`SECRET_TEXT`, whole floats as ints.
+        provider: provider reference (``<urn>::<id>``), empty for components and providers.
+        ignore_changes: the resource option ``ignore_changes``.
+        retain_on_delete: the resource option ``retain_on_delete``.
+    """
+
+    type: str
+    name: str
+    inputs: dict[str, Any]
+    provider: str
+    ignore_changes: tuple[str, ...] = ()
+    retain_on_delete: bool = False
+
+    @property
+    def is_manifest(self) -> bool:
+        return "apiVersion" in self.inputs and "kind" in self.inputs
+
+    @property
+    def kind(self) -> str:
+        return str(self.inputs.get("kind", ""))
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.inputs.get("metadata") or {}
+
+    def file_name(self) -> str:
+        if self.is_manifest:
+            parts = [self.kind, self.metadata.get("namespace", ""), self.metadata.get("name", "")]
+        else:
+            parts = [self.type.split(":")[-1], self.name]
+        return "-".join(_SAFE.sub("-", p.lower()) for p in parts if p) + ".yaml"
+
+
+@dataclass
+class Rendered:
+    """Everything one program run registered, in registration order."""
+
+    stack: str
+    resources: list[Registered] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def manifests(self) -> list[dict[str, Any]]:
+        return [r.inputs for r in self.resources if r.is_manifest]
+
+    def by_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [m for m in self.manifests if m["kind"] == kind]
+
+    def one(self, kind: str) -> dict[str, Any]:
+        found = self.by_kind(kind)
+        if len(found) != 1:
+            raise LookupError(f"stack {self.stack}: expected one {kind}, found {len(found)}")
+        return found[0]
+
+
+def _redact(value: Any) -> Any:
+    """Every leaf becomes the placeholder; the shape (mapping keys, list length) stays, so a
+    redacted manifest still validates."""
+    if isinstance(value, dict):
+        return {k: _redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    return SECRET_TEXT
+
+
+def clean(value: Any) -> Any:
+    """Redact secrets and turn whole floats back into integers, recursively."""
+    if isinstance(value, dict):
+        if value.get(_SECRET_SIG) is not None:
+            return _redact(value.get("value"))
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def stack_config(
+    stack: str, overrides: Mapping[str, Any] | None = None, root: Path = ROOT
+) -> tuple[dict[str, str], list[str]]:
+    """The flat config the CLI would give the program, and its secret keys.
+
+    Layers, last wins: ``Pulumi.yaml`` defaults and other-namespace values, the stack file,
+    ``overrides``.
+
+    Args:
+        stack: stack name; reads ``Pulumi.<stack>.yaml`` next to ``Pulumi.yaml``.
+        overrides: fully qualified keys to typed values applied last (tests); a value of
+            ``{"secure": ...}`` is a secret, ``None`` removes the key.
+
+    Raises:
+        RenderError: the stack file is missing or has no ``config`` mapping.
+    """
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise RenderError(f"--stack: no stack file {path.name} in {root}; got {stack!r}")
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(doc.get("config", {}), dict):
+        raise RenderError(f"{path.name}: 'config' must be a mapping; got {doc.get('config')!r}")
+
+    typed: dict[str, Any] = {
+        f"{PROJECT}:{d.key}": d.default
+        for d in project_declarations(root / "Pulumi.yaml").values()
+        if d.default is not None
+    }
+    project_doc = yaml.safe_load((root / "Pulumi.yaml").read_text(encoding="utf-8"))
+    for key, spec in (project_doc.get("config") or {}).items():
+        # Values for other namespaces (``pulumi:``, providers) set for every stack.
+        if ":" in key and not key.startswith(f"{PROJECT}:"):
+            typed[key] = spec["value"] if isinstance(spec, dict) and "value" in spec else spec
+    for key, value in (doc.get("config") or {}).items():
+        typed[key if ":" in key else f"{PROJECT}:{key}"] = value
+    for key, value in (overrides or {}).items():
+        if value is None:
+            typed.pop(key, None)
+        else:
+            typed[key] = value
+
+    values: dict[str, str] = {}
+    secret: list[str] = []
+    for key, value in typed.items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            # The ciphertext cannot be decrypted offline: a placeholder, still secret.
+            values[key] = SECRET_TEXT
+            secret.append(key)
+        else:
+            values[key] = to_config_text(value)
+    return values, secret
+
+
+class Recorder(pulumi_mocks.Mocks):
+    """Mocks that record every registered resource (and fake the image build)."""
+
+    def __init__(self) -> None:
+        self.resources: list[Registered] = []
+        # Resource options the engine would see, by (type, name); filled by _Monitor.
+        self.options: dict[tuple[str, str], tuple[tuple[str, ...], bool]] = {}
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
+        ignore, retain = self.options.get((args.typ, args.name), ((), False))
+        self.resources.append(
+            Registered(args.typ, args.name, clean(args.inputs), args.provider or "", ignore, retain)
+        )
+        outputs = dict(args.inputs)
+        if args.typ.startswith("docker"):
+            outputs = mock_image_outputs(args.typ, args.inputs)
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
+        return {}, None
+
+
+class _Monitor(pulumi_mocks.MockMonitor):
+    """The mock engine, also recording resource options the Mocks API does not pass on."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__(recorder)
+        self.recorder = recorder
+
+    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+        self.recorder.options[(request.type, request.name)] = (
+            tuple(request.ignoreChanges),
+            bool(request.retainOnDelete),
+        )
+        return super().RegisterResource(request)
+
+
+def render_stack(
+    stack: str, overrides: Mapping[str, Any] | None = None, recorder: Recorder | None = None
+) -> Rendered:
+    """Run ``__main__.py`` under mocks with ``stack``'s config; return what it registered.
+
+    Args:
+        stack: stack name (``Pulumi.<stack>.yaml``).
+        overrides: see :func:`stack_config`.
+        recorder: records registrations; pass one to inspect them when the run raises.
+
+    Raises:
+        RenderError: see :func:`stack_config`.
+        infra.config.ConfigError: the configuration is invalid (nothing was registered).
+    """
+    values, secret_keys = stack_config(stack, overrides)
+    pulumi.runtime.set_all_config(values, secret_keys)
+    recorder = recorder if recorder is not None else Recorder()
+    # A fresh root Stack resource and RPC bookkeeping for every run in this process.
+    pulumi_settings.ROOT.set(None)
+    pulumi_settings.SETTINGS.rpc_manager.clear()
+    pulumi_settings.SETTINGS.outputs.clear()
+    pulumi_mocks.set_mocks(
+        recorder, project=PROJECT, stack=stack, preview=False, monitor=_Monitor(recorder)
+    )
+    root = pulumi_settings.get_root_resource()
+    outputs: dict[str, Any] = {}
+
+    async def program() -> None:
+        runpy.run_path(str(PROGRAM), run_name="__main__")
+        exported = getattr(root, "outputs", {}) or {}
+        outputs.update(await pulumi.Output.from_input(exported).future() or {})
+
+    # The program builds paths relative to the project directory, as under `pulumi up`.
+    with contextlib.chdir(ROOT):
+        _sync_await(run_pulumi_func(program))
+    resources = [r for r in recorder.resources if r.type != "pulumi:pulumi:Stack"]
+    return Rendered(stack=stack, resources=resources, outputs=clean(outputs))
+
+
+_FIRST = ("apiVersion", "kind", "metadata", "type", "name")
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def _dump(path: Path, doc: dict[str, Any]) -> None:
+    """YAML with ``apiVersion``/``kind``/``metadata`` first and the rest in key order."""
+    ordered = {k: _sorted(doc[k]) for k in _FIRST if k in doc}
+    ordered.update({k: _sorted(doc[k]) for k in sorted(doc) if k not in ordered})
+    path.write_text(yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False), "utf-8")
+
+
+def write_rendered(rendered: Rendered, out: Path) -> list[Path]:
+    """Write manifests and non-manifest records under ``out``; returns the manifest files."""
+    manifests_dir, pulumi_dir = out / "manifests", out / "pulumi"
+    for directory in (manifests_dir, pulumi_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+        for old in directory.glob("*.yaml"):
+            old.unlink()
+    written = []
+    for res in rendered.resources:
+        if res.is_manifest:
+            path = manifests_dir / res.file_name()
+            if path.exists():
+                raise RenderError(f"two manifests would both be written to {path}")
+            _dump(path, res.inputs)
+            written.append(path)
+        elif not res.type.startswith("tfd:"):
+            _dump(
+                pulumi_dir / res.file_name(),
+                {"type": res.type, "name": res.name, "inputs": res.inputs},
+            )
+    _dump(pulumi_dir / "stack-outputs.yaml", rendered.outputs)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.render",
+        description="Write every Kubernetes manifest a stack would apply (Pulumi mocks, offline).",
+    )
+    parser.add_argument("--stack", required=True, help=f"stack name, e.g. {' or '.join(STACKS)}")
+    parser.add_argument("--out", required=True, type=Path, help="output directory")
+    args = parser.parse_args(argv)
+    try:
+        rendered = render_stack(args.stack)
+    except (RenderError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    files = write_rendered(rendered, args.out)
+    print(f"{args.stack}: {len(files)} manifests in {args.out / 'manifests'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""``build_stack``: every resource of one stack, from a validated :class:`StackConfig`.
+
+All pure validation (config, image arguments) happens before the first resource is registered,
+so a bad value never leaves a half-registered program behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from infra.autoscaling import Autoscaler, AutoscalerArgs
+from infra.cluster import make_provider
+from infra.config import ConfigError, StackConfig
+from infra.image import ImageError, TrainerImage, image_args
+from infra.labels import selector_labels, standard_labels
+from infra.namespace import TrainingNamespace, TrainingNamespaceArgs
+from infra.network import NetworkPolicies, NetworkPoliciesArgs
+from infra.workers import CONTAINER_NAME, Workers, WorkersArgs
+from trainer import contract
+
+
+@dataclass(frozen=True)
+class StackOutputs:
+    """What a user needs after ``pulumi up`` (exported by ``__main__.py``).
+
+    Attributes:
+        namespace: the training namespace.
+        statefulset: the worker StatefulSet's name.
+        service: the headless Service's name.
+        worker_addresses: ``host:port`` of every worker at the configured replica count.
+        logs_command: a ``kubectl`` command that follows every worker's log.
+        image: the container image reference the workers run.
+    """
+
+    namespace: pulumi.Output[str]
+    statefulset: pulumi.Output[str]
+    service: pulumi.Output[str]
+    worker_addresses: list[str]
+    logs_command: str
+    image: pulumi.Output[str]
+
+    def export(self) -> None:
+        pulumi.export("namespace", self.namespace)
+        pulumi.export("statefulset", self.statefulset)
+        pulumi.export("service", self.service)
+        pulumi.export("workerAddresses", self.worker_addresses)
+        pulumi.export("logsCommand", self.logs_command)
+        pulumi.export("image", self.image)
+
+
+def logs_command(cfg: StackConfig) -> str:
+    """``kubectl logs -f`` over every worker, each line prefixed with its pod."""
+    selector = ",".join(f"{k}={v}" for k, v in selector_labels(cfg).items())
+    context = f"--context {cfg.cluster.context} " if cfg.cluster.context else ""
+    most = max(cfg.workers.replicas, cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else 0)
+    return (
+        f"kubectl {context}-n {cfg.namespace} logs -f -l {selector} -c {CONTAINER_NAME} "
+        f"--prefix --max-log-requests {most}"
+    )
+
+
+def build_stack(cfg: StackConfig) -> StackOutputs:
+    """Register every resource of the stack and return its outputs.
+
+    Raises:
+        ConfigError: the image settings are invalid (checked before any resource exists).
+    """
+    try:
+        trainer_image_args = image_args(
+            cfg.image, gpu=cfg.workers.gpus > 0, cluster_kind=cfg.cluster.kind
+        )
+    except ImageError as exc:
+        raise ConfigError([str(exc)]) from exc
+
+    monitoring_args = None
+    if cfg.monitoring.enabled:
+        # Imported only when used: the monitoring stack is optional.
+        from infra.monitoring import MonitoringArgs
+
+        monitoring_args = MonitoringArgs(
+            namespace=cfg.monitoring.namespace,
+            chart_version=cfg.monitoring.chart_version,
+            grafana_admin_password=cfg.monitoring.grafana_admin_password,
+            # A plain name: the component depends on the namespace through its options.
+            training_namespace=cfg.namespace,
+            worker_selector=selector_labels(cfg),
+            labels=standard_labels(cfg, "monitoring"),
+        )
+
+    provider = make_provider("kubernetes", cfg.cluster)
+    on_cluster = pulumi.ResourceOptions(providers=[provider])
+
+    image = TrainerImage("trainer", trainer_image_args)
+    namespace = TrainingNamespace("training", TrainingNamespaceArgs(cfg), on_cluster)
+    in_namespace = pulumi.ResourceOptions(providers=[provider], depends_on=[namespace])
+    NetworkPolicies("network", NetworkPoliciesArgs(cfg), in_namespace)
+    workers = Workers(
+        "workers",
+        WorkersArgs(
+            cfg=cfg,
+            image=image.image_ref,
+            pull_policy=image.pull_policy,
+            image_id=image.content_id,
+            depends_on=(namespace,),
+        ),
+        in_namespace,
+    )
+    if cfg.autoscaling.enabled:
+        Autoscaler("autoscaler", AutoscalerArgs(cfg, workers.statefulset), in_namespace)
+    if monitoring_args is not None:
+        from infra.monitoring import Monitoring
+
+        Monitoring("monitoring", monitoring_args, in_namespace)
+
+    return StackOutputs(
+        namespace=namespace.namespace_name,
+        statefulset=workers.statefulset_name,
+        service=workers.service_name,
+        worker_addresses=list(
+            contract.worker_addresses(
+                cfg.statefulset_name,
+                cfg.workers.replicas,
+                cfg.service_name,
+                cfg.namespace,
+                cfg.cluster.domain,
+                cfg.workers.grpc_port,
+            )
+        ),
+        logs_command=logs_command(cfg),
+        image=image.image_ref,
+    )

@@ -1,0 +1,379 @@
+"""The workers: headless Service, shared checkpoint claim, StatefulSet and PodDisruptionBudget.
+
+Why a StatefulSet behind a headless Service: each pod gets a stable name (``<sts>-<ordinal>``)
+and DNS record, from which the trainer derives its task index and every peer's address
+(``trainer/contract.py``). ``podManagementPolicy: Parallel`` starts all workers at once: with
+``OrderedReady`` worker 1 waits for worker 0 to be Ready while worker 0 waits in the collective
+for worker 1. ``publishNotReadyAddresses`` lets peers resolve each other before they are Ready.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from infra.config import StackConfig
+from infra.image import IMAGE_GID, IMAGE_UID
+from infra.labels import COMPONENT_WORKER, kwargs, metadata, selector_labels, standard_labels
+from trainer import contract
+
+COMPONENT_TYPE = "tfd:infra:Workers"
+CONTAINER_NAME = "trainer"
+RUN_AS_USER = IMAGE_UID
+"""UID the pods run as: the image's numeric ``USER``, >= 10000 so it never maps to a host user."""
+RUN_AS_GROUP = IMAGE_GID
+TMP_DIR = "/tmp"
+TMP_SIZE_LIMIT = "1Gi"
+CHECKPOINT_MOUNT = "/checkpoints"
+API_TOKEN_DIR = posixpath.dirname(contract.DEFAULT_API_TOKEN_PATH)
+API_TOKEN_EXPIRATION_SECONDS = 3600
+"""Lifetime of the projected token; the kubelet rotates it at 80 %, the trainer rereads it."""
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+"""ConfigMap the control plane publishes in every namespace with the API server's CA."""
+IMAGE_ID_ANNOTATION = "tf-distributed.io/image-id"
+"""Pod-template annotation with the built image's ID/digest: a rebuilt image under the same tag
+(minikube) still changes the template and rolls the workers."""
+
+if posixpath.dirname(contract.DEFAULT_API_CA_PATH) != API_TOKEN_DIR:  # pragma: no cover
+    raise RuntimeError("contract: the API token and CA must live in the same directory")
+
+
+def checkpoint_dir(cfg: StackConfig) -> str:
+    """``TFD_CHECKPOINT_DIR``: the object-store URI, or a directory on the shared claim."""
+    return cfg.storage.uri or posixpath.join(CHECKPOINT_MOUNT, cfg.app_name)
+
+
+def trainer_args(cfg: StackConfig) -> list[str]:
+    """The container ``args`` (flags of ``python -m trainer``); the image owns the entrypoint."""
+    t = cfg.training
+    return [
+        "--dataset",
+        t.dataset,
+        "--epochs",
+        str(t.epochs),
+        "--batch-size",
+        str(t.batch_size),
+        "--steps-per-epoch",
+        str(t.steps_per_epoch),
+        "--checkpoint-every",
+        str(t.checkpoint_every),
+        "--collective",
+        t.collective,
+        "--collective-timeout",
+        str(t.collective_timeout_seconds),
+        "--heartbeat-timeout",
+        str(t.heartbeat_timeout_seconds),
+    ]
+
+
+def pod_env(cfg: StackConfig) -> list[dict]:
+    """The pod environment contract (``trainer/contract.py``), plus ``HOME`` on the tmp volume.
+
+    ``TFD_WORKER_HOSTS`` is never set: it is for local runs only.
+    """
+
+    def field(path: str) -> dict:
+        return {"valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+
+    env = [
+        {"name": contract.ENV_POD_NAME, **field("metadata.name")},
+        {"name": contract.ENV_NAMESPACE, **field("metadata.namespace")},
+        {"name": contract.ENV_STATEFULSET, "value": cfg.statefulset_name},
+        {"name": contract.ENV_SERVICE, "value": cfg.service_name},
+        {"name": contract.ENV_REPLICAS, "value": str(cfg.workers.replicas)},
+        {"name": contract.ENV_REPLICAS_SOURCE, "value": cfg.replicas_source},
+        {"name": contract.ENV_GRPC_PORT, "value": str(cfg.workers.grpc_port)},
+        {"name": contract.ENV_CLUSTER_DOMAIN, "value": cfg.cluster.domain},
+        {"name": contract.ENV_CHECKPOINT_DIR, "value": checkpoint_dir(cfg)},
+        {"name": contract.ENV_METRICS_PORT, "value": str(cfg.workers.metrics_port)},
+        # Read-only root filesystem: libraries that write under $HOME get the tmp volume.
+        {"name": "HOME", "value": TMP_DIR},
+    ]
+    if cfg.replicas_source == "api":
+        env += [
+            {"name": contract.ENV_API_TOKEN_PATH, "value": contract.DEFAULT_API_TOKEN_PATH},
+            {"name": contract.ENV_API_CA_PATH, "value": contract.DEFAULT_API_CA_PATH},
+            {"name": contract.ENV_API_URL, "value": contract.DEFAULT_API_URL},
+        ]
+    return env
+
+
+def headless_service_manifest(cfg: StackConfig) -> dict:
+    """Headless Service: one DNS record per worker, published before the worker is Ready."""
+    return {
+        "metadata": metadata(cfg, cfg.service_name, COMPONENT_WORKER),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(cfg),
+            "ports": [
+                {
+                    "name": contract.GRPC_PORT_NAME,
+                    "port": cfg.workers.grpc_port,
+                    "targetPort": contract.GRPC_PORT_NAME,
+                    "protocol": "TCP",
+                },
+                {
+                    "name": contract.METRICS_PORT_NAME,
+                    "port": cfg.workers.metrics_port,
+                    "targetPort": contract.METRICS_PORT_NAME,
+                    "protocol": "TCP",
+                },
+            ],
+        },
+    }
+
+
+def checkpoint_claim_manifest(cfg: StackConfig) -> dict | None:
+    """One ReadWriteMany claim shared by every worker; ``None`` with an object-store URI."""
+    if cfg.storage.uri:
+        return None
+    return {
+        "metadata": metadata(cfg, cfg.checkpoint_claim_name, "checkpoints"),
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": cfg.storage.storage_class,
+            "resources": {"requests": {"storage": cfg.storage.size}},
+        },
+    }
+
+
+def _probe(path: str, period: int, failures: int) -> dict:
+    return {
+        "httpGet": {"path": path, "port": contract.METRICS_PORT_NAME, "scheme": "HTTP"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def container_security_context() -> dict:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_GROUP,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def statefulset_manifest(
+    cfg: StackConfig,
+    image: pulumi.Input[str],
+    pull_policy: str,
+    image_id: pulumi.Input[str] | None = None,
+) -> dict:
+    """The worker StatefulSet (``metadata`` + ``spec``).
+
+    Args:
+        image: container image reference (a digest reference on cloud stacks).
+        pull_policy: ``imagePullPolicy`` chosen by the image component.
+        image_id: value of the :data:`IMAGE_ID_ANNOTATION` pod-template annotation, if any.
+    """
+    w = cfg.workers
+    limits: dict[str, object] = {"cpu": w.cpu_limit, "memory": w.memory_limit}
+    if w.gpus > 0:
+        limits[w.gpu_resource] = w.gpus
+    mounts = [{"name": "tmp", "mountPath": TMP_DIR}]
+    volumes: list[dict] = [{"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}}]
+    if not cfg.storage.uri:
+        mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT})
+        volumes.append(
+            {
+                "name": "checkpoints",
+                "persistentVolumeClaim": {"claimName": cfg.checkpoint_claim_name},
+            }
+        )
+    if w.gpus > 0:
+        # NCCL exchanges buffers through /dev/shm; the runtime's default is 64 MiB.
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})
+    if cfg.replicas_source == "api":
+        mounts.append({"name": "api-token", "mountPath": API_TOKEN_DIR, "readOnly": True})
+        volumes.append(
+            {
+                "name": "api-token",
+                "projected": {
+                    "defaultMode": 0o440,
+                    "sources": [
+                        {
+                            "serviceAccountToken": {
+                                "path": posixpath.basename(contract.DEFAULT_API_TOKEN_PATH),
+                                "expirationSeconds": API_TOKEN_EXPIRATION_SECONDS,
+                            }
+                        },
+                        {
+                            "configMap": {
+                                "name": ROOT_CA_CONFIGMAP,
+                                "items": [
+                                    {
+                                        "key": "ca.crt",
+                                        "path": posixpath.basename(contract.DEFAULT_API_CA_PATH),
+                                    }
+                                ],
+                            }
+                        },
+                    ],
+                },
+            }
+        )
+
+    container = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": pull_policy,
+        "args": trainer_args(cfg),
+        "env": pod_env(cfg),
+        "ports": [
+            {"name": contract.GRPC_PORT_NAME, "containerPort": w.grpc_port, "protocol": "TCP"},
+            {
+                "name": contract.METRICS_PORT_NAME,
+                "containerPort": w.metrics_port,
+                "protocol": "TCP",
+            },
+        ],
+        "resources": {
+            "requests": {"cpu": w.cpu_request, "memory": w.memory_request},
+            "limits": limits,
+        },
+        # TensorFlow's import and the first collective take a while: the startup probe holds
+        # the liveness probe off for up to 5 minutes.
+        "startupProbe": _probe(contract.LIVENESS_PATH, 5, 60),
+        "livenessProbe": _probe(contract.LIVENESS_PATH, 10, 3),
+        "readinessProbe": _probe(contract.READINESS_PATH, 5, 3),
+        "securityContext": container_security_context(),
+        "volumeMounts": mounts,
+    }
+    pod_spec: dict = {
+        "serviceAccountName": cfg.service_account_name,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": w.termination_grace_seconds,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_GROUP,
+            "fsGroup": RUN_AS_GROUP,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if w.gpus > 0:
+        if w.gpu_node_selector:
+            pod_spec["nodeSelector"] = dict(w.gpu_node_selector)
+        if w.gpu_tolerations:
+            pod_spec["tolerations"] = [t.manifest() for t in w.gpu_tolerations]
+
+    template_meta: dict = {"labels": standard_labels(cfg, COMPONENT_WORKER)}
+    if image_id is not None:
+        template_meta["annotations"] = {IMAGE_ID_ANNOTATION: image_id}
+    retention = cfg.storage.retention
+    return {
+        "metadata": metadata(cfg, cfg.statefulset_name, COMPONENT_WORKER),
+        "spec": {
+            "serviceName": cfg.service_name,
+            "replicas": w.replicas,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector_labels(cfg)},
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": retention,
+                "whenScaled": retention,
+            },
+            "template": {"metadata": template_meta, "spec": pod_spec},
+        },
+    }
+
+
+def pdb_manifest(cfg: StackConfig) -> dict:
+    """``maxUnavailable: 0``: a voluntary eviction (drain) must not break a running collective.
+
+    Drain a node by scaling the job down (or deleting it) first.
+    """
+    return {
+        "metadata": metadata(cfg, cfg.statefulset_name, COMPONENT_WORKER),
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": selector_labels(cfg)}},
+    }
+
+
+@dataclass(frozen=True)
+class WorkersArgs:
+    """Inputs of :class:`Workers`.
+
+    Attributes:
+        cfg: the stack configuration.
+        image: container image reference (output of the image component).
+        pull_policy: ``imagePullPolicy``.
+        image_id: changes whenever the image is rebuilt (pod-template annotation), optional.
+        depends_on: resources that must exist first (namespace, ServiceAccount, RBAC).
+    """
+
+    cfg: StackConfig
+    image: pulumi.Input[str]
+    pull_policy: str
+    image_id: pulumi.Input[str] | None = None
+    depends_on: tuple[pulumi.Resource, ...] = ()
+
+
+class Workers(pulumi.ComponentResource):
+    """Headless Service, checkpoint claim, StatefulSet and PodDisruptionBudget.
+
+    Attributes:
+        statefulset: the worker StatefulSet resource (the HPA's target).
+        statefulset_name, service_name: their names, as outputs.
+    """
+
+    statefulset: kubernetes.apps.v1.StatefulSet
+    statefulset_name: pulumi.Output[str]
+    service_name: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: WorkersArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(COMPONENT_TYPE, name, None, opts)
+        cfg = args.cfg
+        deps = list(args.depends_on)
+        service = kubernetes.core.v1.Service(
+            f"{name}-headless",
+            **kwargs(headless_service_manifest(cfg)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+        )
+        claim_manifest = checkpoint_claim_manifest(cfg)
+        sts_deps = [*deps, service]
+        if claim_manifest is not None:
+            claim = kubernetes.core.v1.PersistentVolumeClaim(
+                f"{name}-checkpoints",
+                **kwargs(claim_manifest),
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=deps,
+                    # Checkpoints outlive `pulumi destroy` unless the stack says Delete.
+                    retain_on_delete=cfg.storage.retention == "Retain",
+                ),
+            )
+            sts_deps.append(claim)
+        self.statefulset = kubernetes.apps.v1.StatefulSet(
+            name,
+            **kwargs(statefulset_manifest(cfg, args.image, args.pull_policy, args.image_id)),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=sts_deps,
+                # The HPA owns spec.replicas once it exists; `pulumi up` must not reset it.
+                ignore_changes=["spec.replicas"] if cfg.autoscaling.enabled else None,
+            ),
+        )
+        kubernetes.policy.v1.PodDisruptionBudget(
+            name,
+            **kwargs(pdb_manifest(cfg)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+        )
+        self.statefulset_name = self.statefulset.metadata.apply(lambda m: m.name)
+        self.service_name = service.metadata.apply(lambda m: m.name)
+        self.register_outputs({"statefulset": self.statefulset_name, "service": self.service_name})

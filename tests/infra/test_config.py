@@ -1,0 +1,219 @@
+"""Stack configuration: declarations in Pulumi.yaml, the typed parse, and every refusal."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+import pytest
+import yaml
+
+from infra import monitoring
+from infra.config import (
+    PROJECT,
+    PROJECT_FILE,
+    ConfigError,
+    contract_defaults,
+    parse_config,
+    parse_quantity,
+    project_declarations,
+)
+from infra.render import Recorder, render_stack, stack_config
+
+P = f"{PROJECT}:"
+SECRET = {"secure": "AAABAPlaceholder=="}
+
+# (stack, overrides, key named in the message, rule fragment, value fragment)
+INVALID = [
+    ("dev", {P + "replicas": 0}, "replicas", "integer in [1, 1000]", "'0'"),
+    ("prod", {P + "replicas": "two"}, "replicas", "integer in [1, 1000]", "'two'"),
+    ("prod", {P + "gpusPerWorker": -1}, "gpusPerWorker", "integer in [0, 16]", "'-1'"),
+    ("dev", {P + "clusterKind": "kind"}, "clusterKind", "one of minikube, cloud", "'kind'"),
+    (
+        "prod",
+        {P + "kubeconfig": None, P + "kubeContext": None},
+        "kubeContext",
+        "needs a kube context and/or a secret kubeconfig",
+        "''",
+    ),
+    ("dev", {P + "kubeconfig": "apiVersion: v1"}, "kubeconfig", "--secret", "plaintext"),
+    ("dev", {P + "cpuRequest": "1 core"}, "cpuRequest", "quantity of CPU", "'1 core'"),
+    ("dev", {P + "memoryLimit": "512Mi"}, "memoryLimit", ">= memoryRequest (1Gi)", "'512Mi'"),
+    ("dev", {P + "checkpointSize": "10GB"}, "checkpointSize", "quantity of storage", "'10GB'"),
+    ("dev", {P + "checkpointSize": "1.5"}, "checkpointSize", "whole number of bytes", "'1.5'"),
+    ("dev", {P + "replica": 3}, "replica", "unknown key", "3"),
+    (
+        "dev",
+        {P + "autoscalingMinReplicas": 4, P + "autoscalingMaxReplicas": 3},
+        "autoscalingMinReplicas",
+        "<= autoscalingMaxReplicas (3)",
+        "4",
+    ),
+    ("dev", {P + "replicas": 5}, "replicas", "within [autoscalingMinReplicas", "5"),
+    (
+        "dev",
+        {P + "autoscalingCpuUtilization": 101},
+        "autoscalingCpuUtilization",
+        "integer in [1, 100]",
+        "'101'",
+    ),
+    ("dev", {P + "apiServerCidrs": []}, "apiServerCidrs", "API server's CIDRs", "[]"),
+    ("dev", {P + "apiServerCidrs": ["10.0.0.1/33"]}, "apiServerCidrs", "CIDR", "'10.0.0.1/33'"),
+    ("dev", {P + "imageTag": "latest"}, "imageTag", "not 'latest'", "'latest'"),
+    ("prod", {P + "imageRegistry": ""}, "imageRegistry", "required when clusterKind", "''"),
+    ("dev", {P + "namespace": "TF_Train"}, "namespace", "lowercase DNS label", "'TF_Train'"),
+    ("dev", {P + "collective": "nccl"}, "collective", "needs gpusPerWorker >= 1", "'nccl'"),
+    ("dev", {P + "collective": "mpi"}, "collective", "one of auto, ring, nccl", "'mpi'"),
+    ("dev", {P + "metricsPort": 2222}, "metricsPort", "must differ from grpcPort", "2222"),
+    ("dev", {P + "grpcPort": 80}, "grpcPort", "integer in [1024, 65535]", "'80'"),
+    (
+        "prod",
+        {P + "gpuTolerations": ["nvidia.com/gpu:Sometimes"]},
+        "gpuTolerations",
+        "'key[=value]:Effect'",
+        "'nvidia.com/gpu:Sometimes'",
+    ),
+    ("prod", {P + "gpuNodeSelector": ["gpu"]}, "gpuNodeSelector", "'key=value'", "'gpu'"),
+    (
+        "dev",
+        {P + "checkpointUri": "http://bucket/ckpt"},
+        "checkpointUri",
+        "gs://bucket/path or s3://",
+        "'http://bucket/ckpt'",
+    ),
+    ("dev", {P + "dataset": "mnist"}, "egressHttpsCidrs", "must allow HTTPS egress", "[]"),
+    (
+        "dev",
+        {P + "terminationGracePeriodSeconds": 30, P + "collectiveTimeoutSeconds": 60},
+        "terminationGracePeriodSeconds",
+        "must exceed collectiveTimeoutSeconds (60)",
+        "30",
+    ),
+    ("dev", {P + "checkpointRetention": "Keep"}, "checkpointRetention", "Retain, Delete", "'Keep'"),
+    ("dev", {P + "monitoringEnabled": "yes"}, "monitoringEnabled", "boolean", "'yes'"),
+    (
+        "prod",
+        {P + "monitoringNamespace": "tfd-prod"},
+        "monitoringNamespace",
+        "must differ from namespace (tfd-prod)",
+        "'tfd-prod'",
+    ),
+    ("dev", {P + "epochs": 0}, "epochs", "integer in [1, 100000]", "'0'"),
+    (
+        "dev",
+        {"pulumi:disable-default-providers": ["aws"]},
+        "pulumi:disable-default-providers",
+        "must list 'kubernetes'",
+        "aws",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("stack", "overrides", "key", "rule", "value"),
+    INVALID,
+    ids=[f"{s}-{k}-{i}" for i, (s, _, k, _, _) in enumerate(INVALID)],
+)
+def test_invalid_value_is_refused_before_any_resource(stack, overrides, key, rule, value):
+    recorder = Recorder()
+    with pytest.raises(ConfigError) as caught:
+        render_stack(stack, overrides, recorder=recorder)
+    full_key = key if ":" in key else P + key
+    lines = [p for p in caught.value.problems if p.startswith(f"{full_key}:")]
+    assert lines, f"Pulumi.{stack}.yaml + {overrides}: no problem names {full_key}: {caught.value}"
+    assert any(rule in line and value in line.partition("; got ")[2] for line in lines), (
+        f"Pulumi.{stack}.yaml + {overrides}: expected rule {rule!r} and value {value!r} in {lines}"
+    )
+    assert recorder.resources == [], (
+        f"Pulumi.{stack}.yaml + {overrides}: registered {[r.name for r in recorder.resources]}"
+    )
+
+
+def test_secret_value_is_never_echoed():
+    with pytest.raises(ConfigError) as caught:
+        render_stack("dev", {P + "kubeconfig": "token: hunter2"})
+    assert "hunter2" not in str(caught.value)
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as caught:
+        render_stack("dev", {P + "replicas": 0, P + "imageTag": "latest", P + "epochs": 0})
+    keys = {p.split(": ", 1)[0] for p in caught.value.problems}
+    assert {P + "replicas", P + "imageTag", P + "epochs"} <= keys, caught.value.problems
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_stack_files_parse(stack):
+    values, secret_keys = stack_config(stack)
+    cfg = parse_config(values, secret_keys, {})
+    assert cfg.namespace == f"tfd-{stack}", f"Pulumi.{stack}.yaml: namespace {cfg.namespace}"
+
+
+def test_stack_settings_per_issue():
+    dev = parse_config(*stack_config("dev"), {})
+    prod = parse_config(*stack_config("prod"), {})
+    assert (dev.cluster.kind, dev.workers.replicas, dev.workers.gpus) == ("minikube", 2, 0)
+    assert (dev.autoscaling.enabled, dev.monitoring.enabled) == (True, False)
+    assert (dev.autoscaling.min_replicas, dev.autoscaling.max_replicas) == (2, 3)
+    assert dev.storage.storage_class == "standard"
+    assert prod.cluster.kind == "cloud" and prod.workers.gpus >= 1
+    assert prod.workers.gpu_node_selector and prod.workers.gpu_tolerations
+    assert (prod.autoscaling.enabled, prod.monitoring.enabled) == (False, True)
+    assert P + "kubeconfig" in stack_config("prod")[1], "Pulumi.prod.yaml: kubeconfig not secret"
+
+
+def _declared_values() -> dict:
+    return yaml.safe_load(PROJECT_FILE.read_text())["config"]
+
+
+def test_every_declaration_has_type_default_and_description():
+    allowed = {"string", "integer", "boolean", "array"}
+    for key, spec in _declared_values().items():
+        if ":" in key:  # a value for another namespace, not a declaration
+            continue
+        assert spec.get("type") in allowed, f"Pulumi.yaml {key}: type {spec.get('type')!r}"
+        assert spec.get("description"), f"Pulumi.yaml {key}: no description"
+        assert "default" in spec, f"Pulumi.yaml {key}: no default"
+        assert not spec.get("secret"), f"Pulumi.yaml {key}: secret declarations cannot default"
+        kind = {"string": str, "integer": int, "boolean": bool, "array": list}[spec["type"]]
+        assert isinstance(spec["default"], kind), f"Pulumi.yaml {key}: default not {kind}"
+        if spec["type"] == "array":
+            assert spec.get("items", {}).get("type"), f"Pulumi.yaml {key}: array without items"
+
+
+def test_parser_reads_exactly_the_declared_keys():
+    values, _ = stack_config("dev")
+    declared = set(project_declarations())
+    for key in sorted(declared):
+        trimmed = {k: v for k, v in values.items() if k != P + key}
+        with pytest.raises(ConfigError, match=re.escape(f"{P}{key}: required")):
+            parse_config(trimmed)
+
+
+def test_declared_defaults_match_contract_and_components():
+    declared = project_declarations()
+    for key, expected in contract_defaults().items():
+        assert declared[key].default == expected, f"Pulumi.yaml {key}: contract says {expected}"
+    assert declared["monitoringChartVersion"].default == monitoring.DEFAULT_CHART_VERSION
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("500m", Decimal("0.5")), ("2", Decimal(2)), ("2Gi", Decimal(2 * 1024**3)), ("1e3", 1000)],
+)
+def test_parse_quantity(text, value):
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "1 core", "10GB", "-1", "Gi", "1.2.3"])
+def test_parse_quantity_refuses(text):
+    with pytest.raises(ValueError, match=f"^{re.escape(text)}$"):
+        parse_quantity(text)
+
+
+def test_default_providers_disabled_for_every_stack():
+    project = yaml.safe_load(PROJECT_FILE.read_text())["config"]
+    assert project["pulumi:disable-default-providers"] == {"value": ["kubernetes"]}
+    for stack in ("dev", "prod"):
+        values, _ = stack_config(stack)
+        assert values["pulumi:disable-default-providers"] == '["kubernetes"]', stack

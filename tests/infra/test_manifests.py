@@ -1,0 +1,333 @@
+"""What each stack would apply, read from the rendered manifests of the real program."""
+
+from __future__ import annotations
+
+import posixpath
+
+import pytest
+
+from infra.config import parse_config
+from infra.namespace import role_rules
+from infra.render import SECRET_TEXT, stack_config
+from infra.workers import trainer_args
+from trainer import contract
+
+STACKS = ["dev", "prod"]
+
+
+def _pod(rendered, stack):
+    return rendered[stack].one("StatefulSet")["spec"]["template"]
+
+
+def _container(rendered, stack):
+    (container,) = _pod(rendered, stack)["spec"]["containers"]
+    return container
+
+
+def _env(rendered, stack) -> dict:
+    return {
+        e["name"]: e.get("value", e.get("valueFrom")) for e in _container(rendered, stack)["env"]
+    }
+
+
+def _ports(items, key="port") -> dict:
+    return {p["name"]: p[key] for p in items}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_selector_matches_the_worker_pods(rendered, stack):
+    labels = _pod(rendered, stack)["metadata"]["labels"]
+    sts = rendered[stack].one("StatefulSet")
+    selectors = {
+        "StatefulSet": sts["spec"]["selector"]["matchLabels"],
+        "Service": rendered[stack].one("Service")["spec"]["selector"],
+        "PodDisruptionBudget": rendered[stack].one("PodDisruptionBudget")["spec"]["selector"][
+            "matchLabels"
+        ],
+    }
+    for policy in rendered[stack].by_kind("NetworkPolicy"):
+        selector = policy["spec"]["podSelector"].get("matchLabels", {})
+        selectors[f"NetworkPolicy/{policy['metadata']['name']}"] = selector
+    for owner, selector in selectors.items():
+        missing = {k: v for k, v in selector.items() if labels.get(k) != v}
+        assert not missing, f"stack {stack}: {owner} selector {missing} not on pod labels"
+    assert sts["spec"]["selector"]["matchLabels"], f"stack {stack}: empty StatefulSet selector"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_recommended_labels_on_every_object(rendered, stack):
+    for manifest in rendered[stack].manifests:
+        labels = manifest["metadata"].get("labels", {})
+        for key in ("name", "instance", "component", "part-of", "managed-by"):
+            assert f"app.kubernetes.io/{key}" in labels, (
+                f"stack {stack}: {manifest['kind']}/{manifest['metadata']['name']} lacks {key}"
+            )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_headless_service_is_the_statefulset_service(rendered, stack):
+    sts = rendered[stack].one("StatefulSet")["spec"]
+    svc = rendered[stack].one("Service")
+    assert svc["metadata"]["name"] == sts["serviceName"], f"stack {stack}: serviceName mismatch"
+    assert svc["spec"]["clusterIP"] == "None", f"stack {stack}: Service is not headless"
+    assert svc["spec"]["publishNotReadyAddresses"] is True, f"stack {stack}: not-ready hidden"
+    assert sts["podManagementPolicy"] == "Parallel", f"stack {stack}: OrderedReady deadlocks"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_ports_agree_across_objects_and_contract(rendered, stack):
+    container = _container(rendered, stack)
+    container_ports = _ports(container["ports"], "containerPort")
+    service = rendered[stack].one("Service")["spec"]["ports"]
+    env = _env(rendered, stack)
+    grpc, metrics = (
+        container_ports[contract.GRPC_PORT_NAME],
+        container_ports[contract.METRICS_PORT_NAME],
+    )
+    assert _ports(service) == container_ports, f"stack {stack}: Service ports {service}"
+    assert {p["targetPort"] for p in service} == set(container_ports), f"stack {stack}: targetPort"
+    assert (env[contract.ENV_GRPC_PORT], env[contract.ENV_METRICS_PORT]) == (
+        str(grpc),
+        str(metrics),
+    )
+    peers = rendered[stack].by_kind("NetworkPolicy")
+    grpc_policy = next(p for p in peers if p["metadata"]["name"].endswith("-workers-grpc"))
+    for direction in ("ingress", "egress"):
+        ports = [p["port"] for rule in grpc_policy["spec"][direction] for p in rule["ports"]]
+        assert ports == [grpc], f"stack {stack}: workers-grpc {direction} ports {ports}"
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert container[probe]["httpGet"]["port"] == contract.METRICS_PORT_NAME, probe
+    assert container["livenessProbe"]["httpGet"]["path"] == contract.LIVENESS_PATH
+    assert container["readinessProbe"]["httpGet"]["path"] == contract.READINESS_PATH
+    metrics_policies = [p for p in peers if p["metadata"]["name"].endswith("-metrics")]
+    for policy in metrics_policies:
+        ports = [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]]
+        assert ports == [metrics], f"stack {stack}: metrics ingress ports {ports}"
+
+
+def test_hpa_targets_the_statefulset_only_when_enabled(rendered):
+    hpa = rendered["dev"].one("HorizontalPodAutoscaler")
+    sts = rendered["dev"].one("StatefulSet")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": sts["apiVersion"],
+        "kind": "StatefulSet",
+        "name": sts["metadata"]["name"],
+    }
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 3)
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] > 0
+    assert rendered["prod"].by_kind("HorizontalPodAutoscaler") == []
+    resources = _container(rendered, "dev")["resources"]
+    assert resources["requests"]["cpu"], "the HPA's utilization needs a CPU request"
+
+
+@pytest.mark.parametrize(("stack", "gpus"), [("dev", None), ("prod", 1)])
+def test_gpu_limits_selector_and_tolerations_per_stack(rendered, stack, gpus):
+    pod = _pod(rendered, stack)["spec"]
+    limits = _container(rendered, stack)["resources"]["limits"]
+    assert limits.get("nvidia.com/gpu") == gpus, f"stack {stack}: GPU limit {limits}"
+    assert {"cpu", "memory"} <= set(limits), f"stack {stack}: limits {limits}"
+    assert ("nodeSelector" in pod) == bool(gpus), f"stack {stack}: nodeSelector"
+    assert ("tolerations" in pod) == bool(gpus), f"stack {stack}: tolerations"
+    if gpus:
+        assert pod["tolerations"] == [
+            {
+                "key": "nvidia.com/gpu",
+                "operator": "Equal",
+                "value": "present",
+                "effect": "NoSchedule",
+            }
+        ]
+
+
+def test_rbac_is_exactly_what_the_trainer_calls(rendered):
+    (role,) = rendered["dev"].by_kind("Role")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["statefulsets"],
+            "resourceNames": ["tfd-worker"],
+            "verbs": ["get"],
+        }
+    ]
+    (binding,) = rendered["dev"].by_kind("RoleBinding")
+    sa = rendered["dev"].one("ServiceAccount")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "tfd-dev"}
+    ]
+    for stack in STACKS:
+        kinds = {m["kind"] for m in rendered[stack].manifests}
+        assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, f"stack {stack}: cluster RBAC"
+    assert rendered["prod"].by_kind("Role") == [] and rendered["prod"].by_kind("RoleBinding") == []
+    prod = parse_config(*stack_config("prod"), {})
+    assert role_rules(prod) == []
+
+
+@pytest.mark.parametrize(("stack", "source"), [("dev", "api"), ("prod", "env")])
+def test_api_access_only_with_autoscaling(rendered, stack, source):
+    env = _env(rendered, stack)
+    pod = _pod(rendered, stack)["spec"]
+    assert env[contract.ENV_REPLICAS_SOURCE] == source, f"stack {stack}"
+    assert pod["automountServiceAccountToken"] is False
+    assert rendered[stack].one("ServiceAccount")["automountServiceAccountToken"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    policies = {p["metadata"]["name"] for p in rendered[stack].by_kind("NetworkPolicy")}
+    if source == "env":
+        assert "api-token" not in volumes and "tfd-api-server" not in policies, f"stack {stack}"
+        assert contract.ENV_API_TOKEN_PATH not in env
+        return
+    sources = volumes["api-token"]["projected"]["sources"]
+    assert sources[0]["serviceAccountToken"]["path"] == "token"
+    assert sources[0]["serviceAccountToken"]["expirationSeconds"] <= 3600
+    assert sources[1]["configMap"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    (mount,) = [m for m in _container(rendered, stack)["volumeMounts"] if m["name"] == "api-token"]
+    assert mount == {
+        "name": "api-token",
+        "mountPath": posixpath.dirname(contract.DEFAULT_API_TOKEN_PATH),
+        "readOnly": True,
+    }
+    assert env[contract.ENV_API_TOKEN_PATH] == contract.DEFAULT_API_TOKEN_PATH
+    assert env[contract.ENV_API_CA_PATH] == contract.DEFAULT_API_CA_PATH
+    assert "tfd-api-server" in policies
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_pod_environment_contract(rendered, stack):
+    env = _env(rendered, stack)
+    sts = rendered[stack].one("StatefulSet")
+    assert env[contract.ENV_POD_NAME] == {
+        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}
+    }
+    assert env[contract.ENV_NAMESPACE]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env[contract.ENV_STATEFULSET] == sts["metadata"]["name"]
+    assert env[contract.ENV_SERVICE] == sts["spec"]["serviceName"]
+    assert env[contract.ENV_REPLICAS] == str(sts["spec"]["replicas"])
+    assert env[contract.ENV_CLUSTER_DOMAIN] == contract.DEFAULT_CLUSTER_DOMAIN
+    assert env[contract.ENV_CHECKPOINT_DIR].startswith("/checkpoints/")
+    assert env["HOME"] == "/tmp"
+    assert contract.ENV_WORKER_HOSTS not in env and contract.ENV_TF_CONFIG not in env
+    # The same environment, with a pod name filled in, yields a valid TF_CONFIG.
+    pod_env = {k: v for k, v in env.items() if isinstance(v, str)}
+    pod_env[contract.ENV_POD_NAME] = f"{sts['metadata']['name']}-1"
+    pod_env[contract.ENV_NAMESPACE] = sts["metadata"]["namespace"]
+    spec = contract.cluster_spec_from_env(pod_env)
+    assert spec.task_index == 1 and spec.workers == tuple(
+        rendered[stack].outputs["workerAddresses"]
+    )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_container_sets_args_never_command(rendered, stack):
+    container = _container(rendered, stack)
+    assert "command" not in container, f"stack {stack}: the image ENTRYPOINT is the one definition"
+    cfg = parse_config(*stack_config(stack), {})
+    assert container["args"] == trainer_args(cfg)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_hardened_security_context(rendered, stack):
+    pod = _pod(rendered, stack)["spec"]
+    ctx = _container(rendered, stack)["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] >= 10000 and ctx["runAsUser"] >= 10000
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert ctx["readOnlyRootFilesystem"] is True and ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    mounts = {m["mountPath"] for m in _container(rendered, stack)["volumeMounts"]}
+    assert "/tmp" in mounts, f"stack {stack}: no writable /tmp"
+    assert pod["terminationGracePeriodSeconds"] >= 60
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_namespace_enforces_restricted_pod_security(rendered, stack):
+    namespaces = {n["metadata"]["name"]: n for n in rendered[stack].by_kind("Namespace")}
+    labels = namespaces[f"tfd-{stack}"]["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    for manifest in rendered[stack].manifests:
+        if manifest["kind"] != "Namespace" and manifest["kind"] in {"StatefulSet", "Service"}:
+            assert manifest["metadata"]["namespace"] == f"tfd-{stack}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_shared_checkpoint_claim_and_pdb(rendered, stack):
+    claim = rendered[stack].one("PersistentVolumeClaim")
+    pod = _pod(rendered, stack)["spec"]
+    sts = rendered[stack].one("StatefulSet")["spec"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in pod["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
+    assert claims == [claim["metadata"]["name"]]
+    assert set(sts["persistentVolumeClaimRetentionPolicy"].values()) <= {"Retain", "Delete"}
+    assert rendered[stack].one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 0
+    expected = {"dev": "standard", "prod": "standard-rwx"}[stack]
+    assert claim["spec"]["storageClassName"] == expected
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_network_policies_deny_by_default(rendered, stack):
+    policies = {p["metadata"]["name"]: p["spec"] for p in rendered[stack].by_kind("NetworkPolicy")}
+    deny = policies["tfd-default-deny"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    dns = policies["tfd-dns"]["egress"][0]
+    assert dns["to"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "kube-system"
+    }
+    assert sorted(p["protocol"] for p in dns["ports"]) == ["TCP", "UDP"]
+    if stack == "prod":
+        (rule,) = policies["tfd-metrics"]["ingress"]
+        assert rule["from"] == [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        ]
+    else:
+        assert "tfd-metrics" not in policies
+        (rule,) = policies["tfd-api-server"]["egress"]
+        assert [b["ipBlock"]["cidr"] for b in rule["to"]] == ["192.168.49.2/32", "10.96.0.1/32"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_kubernetes_resource_uses_the_explicit_provider(rendered, stack):
+    providers = [r for r in rendered[stack].resources if r.type == "pulumi:providers:kubernetes"]
+    assert [p.name for p in providers] == ["kubernetes"], f"stack {stack}: providers {providers}"
+    for res in rendered[stack].resources:
+        if res.type.startswith("kubernetes:"):
+            assert res.provider.split("::")[-2:-1] == ["kubernetes"], (
+                f"stack {stack}: {res.type} {res.name} uses provider {res.provider!r}"
+            )
+
+
+def test_secrets_never_in_clear(rendered):
+    prod = rendered["prod"]
+    (provider,) = [r for r in prod.resources if r.type == "pulumi:providers:kubernetes"]
+    assert provider.inputs["kubeconfig"] == SECRET_TEXT
+    text = repr([r.inputs for r in prod.resources]) + repr(prod.outputs)
+    assert "Placeholder" not in text, "stack prod: a secure: ciphertext leaked into the render"
+    dev_provider = [r for r in rendered["dev"].resources if r.type.startswith("pulumi:providers:k")]
+    assert dev_provider[0].inputs == {"context": "minikube"}
+
+
+def test_stack_outputs(rendered):
+    out = rendered["dev"].outputs
+    assert out["namespace"] == "tfd-dev" and out["statefulset"] == "tfd-worker"
+    assert out["workerAddresses"] == [
+        f"tfd-worker-{i}.tfd-workers.tfd-dev.svc.cluster.local:2222" for i in range(2)
+    ]
+    assert out["logsCommand"].startswith("kubectl --context minikube -n tfd-dev logs -f -l ")
+    assert "@sha256:" in rendered["prod"].outputs["image"], "cloud workers must run a digest"
+    prod_image = _container(rendered, "prod")["image"]
+    assert prod_image == rendered["prod"].outputs["image"]
+
+
+@pytest.mark.parametrize(("stack", "ignored"), [("dev", ("spec.replicas",)), ("prod", ())])
+def test_statefulset_leaves_replicas_to_the_hpa(rendered, stack, ignored):
+    (sts,) = [r for r in rendered[stack].resources if r.type == "kubernetes:apps/v1:StatefulSet"]
+    assert sts.ignore_changes == ignored, f"stack {stack}: ignore_changes {sts.ignore_changes}"
+
+
+@pytest.mark.parametrize(("stack", "retain"), [("dev", False), ("prod", True)])
+def test_checkpoint_claim_retention_follows_config(rendered, stack, retain):
+    (claim,) = [r for r in rendered[stack].resources if r.kind == "PersistentVolumeClaim"]
+    assert claim.retain_on_delete is retain, f"stack {stack}: retain_on_delete"
