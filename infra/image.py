@@ -1,0 +1,349 @@
+"""The trainer image: built (and for cloud stacks pushed) by the stack, rolled out by reference.
+
+:func:`image_args` is a pure function from the image config to everything the build needs;
+:class:`TrainerImage` turns those arguments into a ``docker.Image`` (pulumi-docker 5.x) behind
+its own explicit ``docker.Provider`` and exposes the two values the worker StatefulSet uses:
+
+* ``image_ref``: for cloud stacks the immutable digest reference ``<registry>/<repo>@sha256:<hex>``
+  of what was pushed, so every rebuild changes the pod template and rolls the StatefulSet and
+  nothing ever runs a mutable tag; for minikube the local tag ``<repo>:<tag>``, built straight
+  into minikube's Docker daemon.
+* ``pull_policy``: ``Never`` on minikube (the image exists only in that daemon), ``Always`` on
+  cloud (with a digest reference the kubelet only re-checks the manifest; layers stay cached).
+
+The registry password is a Pulumi secret from end to end: it is forced secret here, goes only
+to the ``registry`` input of ``docker.Image`` (never a build argument, so never in a layer) and
+is never registered as an output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+from pulumi.runtime.rpc import unwrap_rpc_secret
+
+from infra.config import CLUSTER_KINDS, PROJECT, ConfigError, ImageConfig
+
+COMPONENT_TYPE = "tfd:infra:TrainerImage"
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The build context: the repository root (``.dockerignore`` keeps it down to ``trainer/``)."""
+DOCKERFILE = REPO_ROOT / "Dockerfile"
+
+TF_VERSION = "2.21.0"
+"""TensorFlow version of both base images; the Dockerfile pins the same (a test compares)."""
+BUILD_ARG_VARIANT = "TF_VARIANT"
+"""Build argument that picks the base image: ``""`` for CPU, ``"-gpu"`` for CUDA."""
+VARIANT_CPU = ""
+VARIANT_GPU = "-gpu"
+BASE_IMAGE_REPOSITORY = "tensorflow/tensorflow"
+
+IMAGE_UID = 10001
+"""Numeric user the image runs as (Dockerfile ``USER``); pods may set the same ``runAsUser``."""
+IMAGE_GID = 10001
+
+PULL_NEVER = "Never"
+PULL_ALWAYS = "Always"
+
+_DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+)@sha256:(?P<hex>[0-9a-f]{64})$")
+_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+# Docker reference grammar, simplified: a repository is lowercase path components; a registry
+# is a host with an optional port and path.
+_REPOSITORY = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+_REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+class ImageError(RuntimeError):
+    """A build or push returned something the workers cannot be pinned to (no digest)."""
+
+
+def base_image(gpu: bool) -> str:
+    """The pinned TensorFlow base image the Dockerfile builds ``FROM`` for this variant."""
+    return f"{BASE_IMAGE_REPOSITORY}:{TF_VERSION}{VARIANT_GPU if gpu else VARIANT_CPU}"
+
+
+def variant_build_args(gpu: bool) -> tuple[tuple[str, str], ...]:
+    """The ``--build-arg`` pairs that select the CPU or GPU base image."""
+    return ((BUILD_ARG_VARIANT, VARIANT_GPU if gpu else VARIANT_CPU),)
+
+
+@dataclass(frozen=True)
+class TrainerImageArgs:
+    """Everything :class:`TrainerImage` needs; built by :func:`image_args`.
+
+    Attributes:
+        image_name: ``<repo>:<tag>`` (minikube) or ``<registry>/<repo>:<tag>`` (cloud).
+        context: build context, relative to the working directory when under it (the Pulumi
+            project directory), so stack state does not depend on where the checkout lives.
+        dockerfile: path of the Dockerfile, relative like ``context``.
+        build_args: ``(name, value)`` pairs passed as ``--build-arg``; never secrets.
+        platform: target ``os/arch`` of the build, e.g. ``linux/amd64``.
+        push: push to ``registry_server`` (cloud) or keep the image in the daemon (minikube).
+        pull_policy: ``imagePullPolicy`` for the worker container.
+        registry_server: registry host (and optional path) for cloud stacks, else ``None``.
+        registry_username: registry user; ``None`` uses the Docker credentials of the host.
+        registry_password: secret registry password; ``None`` with ``registry_username=None``.
+        docker_host: Docker daemon address (``DOCKER_HOST`` form); ``None`` uses the provider's
+            default (the ``DOCKER_HOST`` environment variable, else the local socket).
+        docker_cert_path: directory with the daemon's TLS ``ca.pem``/``cert.pem``/``key.pem``.
+    """
+
+    image_name: str
+    context: str
+    dockerfile: str
+    build_args: tuple[tuple[str, str], ...]
+    platform: str
+    push: bool
+    pull_policy: str
+    registry_server: str | None = None
+    registry_username: str | None = None
+    registry_password: pulumi.Output[str] | None = None
+    docker_host: str | None = None
+    docker_cert_path: str | None = None
+
+
+def _relative(path: Path) -> str:
+    try:
+        return os.path.relpath(path, Path.cwd())
+    except ValueError:  # another drive (Windows): keep the absolute path
+        return str(path)
+
+
+def image_args(cfg: ImageConfig, *, gpu: bool, cluster_kind: str) -> TrainerImageArgs:
+    """Pure builder of the trainer image arguments for one stack.
+
+    Args:
+        cfg: the stack's image configuration (:class:`infra.config.ImageConfig`).
+        gpu: build on the CUDA base image (``tensorflow/tensorflow:2.21.0-gpu``) instead of the
+            CPU one (``tensorflow/tensorflow:2.21.0``).
+        cluster_kind: ``minikube`` (build into the cluster's Docker daemon, no push, pull policy
+            ``Never``) or ``cloud`` (push to ``cfg.registry``, pull by digest).
+
+    Raises:
+        ConfigError: one line per problem (unknown cluster kind; ``latest`` or malformed
+            tag, repository or platform; no registry for a cloud stack; a registry user without
+            a password or the reverse), each naming the config key, the rule and the value.
+    """
+    problems: list[str] = []
+
+    def check(key: str, value: str | None, pattern: re.Pattern[str], rule: str) -> str:
+        if value is None or not pattern.match(value):
+            problems.append(f"{PROJECT}:{key}: must be {rule}; got {value!r}")
+        return value or ""
+
+    if cluster_kind not in CLUSTER_KINDS:
+        problems.append(
+            f"{PROJECT}:clusterKind: must be one of {', '.join(CLUSTER_KINDS)}; "
+            f"got {cluster_kind!r}"
+        )
+    repository = check(
+        "imageRepository", cfg.repository, _REPOSITORY, "a lowercase Docker repository path"
+    )
+    tag = check("imageTag", cfg.tag, _TAG, "a Docker tag ([A-Za-z0-9_.-], at most 128)")
+    if tag == "latest":
+        problems.append(f"{PROJECT}:imageTag: must be a fixed version, not 'latest'; got 'latest'")
+    platform = check("imagePlatform", cfg.platform, _PLATFORM, "'os/arch[/variant]'")
+    push = cluster_kind == "cloud"
+    registry = None
+    if push:
+        registry = check(
+            "imageRegistry",
+            cfg.registry,
+            _REGISTRY,
+            "a registry 'host[:port][/path]' when clusterKind is 'cloud'",
+        )
+        has_user = bool(cfg.registry_username)
+        has_password = cfg.registry_password is not None
+        if has_user != has_password:
+            problems.append(
+                f"{PROJECT}:imageRegistryUsername/imageRegistryPassword: set both, or neither "
+                "to use the host's `docker login`; got "
+                f"username {'set' if has_user else 'unset'}, "
+                f"password {'set' if has_password else 'unset'}"
+            )
+    if problems:
+        raise ConfigError(problems)
+
+    return TrainerImageArgs(
+        image_name=f"{registry}/{repository}:{tag}" if push else f"{repository}:{tag}",
+        context=_relative(REPO_ROOT),
+        dockerfile=_relative(DOCKERFILE),
+        build_args=variant_build_args(gpu),
+        platform=platform,
+        push=push,
+        pull_policy=PULL_ALWAYS if push else PULL_NEVER,
+        registry_server=registry,
+        registry_username=(cfg.registry_username or None) if push else None,
+        registry_password=(
+            pulumi.Output.secret(cfg.registry_password)
+            if push and cfg.registry_password is not None
+            else None
+        ),
+        docker_host=cfg.docker_host,
+        docker_cert_path=cfg.docker_cert_path,
+    )
+
+
+def require_digest_ref(repo_digest: str | None, image_name: str) -> str:
+    """Return ``repo_digest`` if it is ``<repo>@sha256:<64 hex>``.
+
+    Raises:
+        ImageError: the push returned no digest reference (the workers would otherwise run a
+            mutable tag).
+    """
+    if not repo_digest or not _DIGEST_REF.match(repo_digest):
+        raise ImageError(
+            f"docker.Image {image_name!r}: repoDigest must be '<repo>@sha256:<64 hex>' after a "
+            f"push; got {repo_digest!r}"
+        )
+    return repo_digest
+
+
+class TrainerImage(pulumi.ComponentResource):
+    """Builds the trainer image (and pushes it for cloud stacks).
+
+    Attributes:
+        image: the ``docker.Image`` child.
+        image_ref: the container ``image`` for the worker StatefulSet (see module docstring).
+        pull_policy: the container ``imagePullPolicy`` (``Never`` or ``Always``).
+        image_name: the tagged name that was built (``<repo>:<tag>`` or with the registry).
+        content_id: changes whenever the built image changes (the image ID on minikube, the
+            digest reference on cloud). On minikube ``image_ref`` is a reused tag, so put this
+            into a pod-template annotation to roll the workers after a rebuild.
+    """
+
+    image: docker.Image
+    image_ref: pulumi.Output[str]
+    pull_policy: str
+    image_name: pulumi.Output[str]
+    content_id: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: TrainerImageArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(COMPONENT_TYPE, name, None, opts)
+        # Default providers are disabled stack-wide: the image always gets this explicit one.
+        provider = docker.Provider(
+            f"{name}-docker",
+            host=args.docker_host,
+            cert_path=args.docker_cert_path,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        registry = None
+        if args.push:
+            registry = docker.RegistryArgs(
+                server=args.registry_server,
+                username=args.registry_username,
+                # Secret again in case the args were built by hand rather than by image_args.
+                password=(
+                    pulumi.Output.secret(args.registry_password)
+                    if args.registry_password is not None
+                    else None
+                ),
+            )
+        image = docker.Image(
+            name,
+            image_name=args.image_name,
+            build=docker.DockerBuildArgs(
+                context=args.context,
+                dockerfile=args.dockerfile,
+                args=dict(args.build_args),
+                platform=args.platform,
+                builder_version=docker.BuilderVersion.BUILDER_BUILD_KIT,
+            ),
+            skip_push=not args.push,
+            registry=registry,
+            # A preview must not spend minutes building a multi-GB image.
+            build_on_preview=False,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+
+        self.image = image
+        self.pull_policy = args.pull_policy
+        self.image_name = image.image_name
+        self.content_id = image.repo_digest
+        if args.push:
+            image_name = args.image_name
+            self.image_ref = image.repo_digest.apply(
+                lambda digest: require_digest_ref(digest, image_name)
+            )
+        else:
+            # Derived from the resource's output (not the input string) so that the StatefulSet
+            # depends on the build and never starts before the image exists in the daemon.
+            self.image_ref = image.image_name
+        self.register_outputs(
+            {
+                "image_ref": self.image_ref,
+                "image_name": self.image_name,
+                "pull_policy": self.pull_policy,
+            }
+        )
+
+
+def _strip_tag(image_name: str) -> str:
+    """``registry:5000/repo:tag`` -> ``registry:5000/repo`` (a ``:`` after the last ``/``)."""
+    head, _, last = image_name.rpartition("/")
+    name = last.split(":", 1)[0]
+    return f"{head}/{name}" if head else name
+
+
+def mock_image_outputs(type_: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Outputs a real ``docker.Image`` create would return, for ``pulumi.runtime.Mocks``.
+
+    Offline renders and unit tests have no Docker daemon. The ``repoDigest`` returned here is a
+    PLACEHOLDER: ``sha256`` of the image's non-secret inputs (name, build arguments, platform,
+    push flag), deterministic so that renders are reproducible, never the digest of a real
+    image. A pushed image gets ``<repo>@sha256:<hex>``; a local one the image-ID form
+    ``sha256:<hex>``, as pulumi-docker returns for local builds.
+
+    Args:
+        type_: the resource type token; only ``docker:index/image:Image`` gets build outputs.
+        inputs: the resource inputs as the mock receives them (camelCase).
+
+    Returns:
+        The inputs plus the computed outputs; other ``docker`` types get their inputs back.
+    """
+    outputs = dict(inputs)
+    if type_ != "docker:index/image:Image":
+        return outputs
+    # Like the real resource, the outputs never echo the registry block (it holds the password).
+    outputs.pop("registry", None)
+    # Inputs that hold a secret (the registry block does) arrive wrapped as RPC secrets.
+    plain = {key: unwrap_rpc_secret(value) for key, value in inputs.items()}
+    image_name = str(plain.get("imageName", ""))
+    build = plain.get("build") or {}
+    skip_push = bool(plain.get("skipPush", False))
+    # The registry block (with the password) stays out of the fingerprint: a digest is public.
+    fingerprint = {
+        "imageName": image_name,
+        "args": dict(sorted((build.get("args") or {}).items())),
+        "platform": build.get("platform"),
+        "target": build.get("target"),
+        "skipPush": skip_push,
+    }
+    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+    registry_server = (plain.get("registry") or {}).get("server") or ""
+    outputs.update(
+        {
+            "imageName": image_name,
+            "baseImageName": image_name,
+            "registryServer": registry_server,
+            "context": build.get("context", "."),
+            "dockerfile": build.get("dockerfile", "Dockerfile"),
+            "platform": build.get("platform"),
+            "repoDigest": (
+                f"sha256:{digest}" if skip_push else f"{_strip_tag(image_name)}@sha256:{digest}"
+            ),
+        }
+    )
+    return outputs

@@ -1,0 +1,343 @@
+"""The trainer image component under Pulumi mocks: what the workers run and how the registry
+password travels."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+from pulumi.runtime.rpc import is_rpc_secret, unwrap_rpc_secret
+
+from infra import image, render
+from infra.config import PROJECT, ConfigError, ImageConfig
+from infra.workers import CONTAINER_NAME
+
+PASSWORD = "hunter2-registry-password"
+REGISTRY = "registry.example.com:5000/ml"
+IMAGE_TYPE = "docker:index/image:Image"
+PROVIDER_TYPE = "pulumi:providers:docker"
+DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+
+
+class ImageMocks(pulumi.runtime.Mocks):
+    """Records every resource; docker resources get :func:`image.mock_image_outputs`."""
+
+    def __init__(self) -> None:
+        self.created: list[pulumi.runtime.MockResourceArgs] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.created.append(args)
+        outputs = (
+            image.mock_image_outputs(args.typ, args.inputs)
+            if args.typ.startswith("docker")
+            else dict(args.inputs)
+        )
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        return {}
+
+    def of_type(self, typ: str) -> list[pulumi.runtime.MockResourceArgs]:
+        return [r for r in self.created if r.typ == typ]
+
+
+@pytest.fixture
+def mocks() -> ImageMocks:
+    recorder = ImageMocks()
+    pulumi.runtime.set_mocks(recorder, project=PROJECT, stack="test", preview=False)
+    return recorder
+
+
+def resolve(program: Callable[[], Mapping[str, Any]]) -> dict[str, tuple[Any, bool]]:
+    """Run ``program`` under the mocks; ``(value, is_secret)`` of each Output it returns."""
+    results: dict[str, tuple[Any, bool]] = {}
+
+    @pulumi.runtime.test
+    def run() -> pulumi.Output[None]:
+        outputs = program()
+
+        async def collect() -> None:
+            for key, value in outputs.items():
+                output = pulumi.Output.from_input(value)
+                results[key] = (await output.future(), await output.is_secret())
+
+        return pulumi.Output.from_input(collect())
+
+    run()
+    return results
+
+
+def cloud_config(**overrides: Any) -> ImageConfig:
+    values: dict[str, Any] = {
+        "registry": REGISTRY,
+        "registry_username": "ci-bot",
+        "registry_password": pulumi.Output.from_input(PASSWORD),  # deliberately NOT secret
+    }
+    return ImageConfig(**{**values, **overrides})
+
+
+def build_component(
+    cfg: ImageConfig, *, gpu: bool, cluster_kind: str
+) -> tuple[image.TrainerImageArgs, image.TrainerImage]:
+    args = image.image_args(cfg, gpu=gpu, cluster_kind=cluster_kind)
+    return args, image.TrainerImage("trainer", args)
+
+
+# --- The pure builder. ---
+
+
+@pytest.mark.parametrize(
+    ("cluster_kind", "gpu", "name", "push", "pull", "variant"),
+    [
+        ("minikube", False, "tf-distributed-trainer:0.1.0", False, "Never", ""),
+        ("minikube", True, "tf-distributed-trainer:0.1.0", False, "Never", "-gpu"),
+        ("cloud", False, f"{REGISTRY}/tf-distributed-trainer:0.1.0", True, "Always", ""),
+        ("cloud", True, f"{REGISTRY}/tf-distributed-trainer:0.1.0", True, "Always", "-gpu"),
+    ],
+)
+def test_image_args_per_cluster_kind(
+    cluster_kind: str, gpu: bool, name: str, push: bool, pull: str, variant: str
+) -> None:
+    cfg = ImageConfig(registry=REGISTRY) if cluster_kind == "cloud" else ImageConfig()
+    args = image.image_args(cfg, gpu=gpu, cluster_kind=cluster_kind)
+    assert (args.image_name, args.push, args.pull_policy) == (name, push, pull)
+    assert dict(args.build_args) == {image.BUILD_ARG_VARIANT: variant}
+    assert args.registry_server == (REGISTRY if push else None)
+    # Relative to the working directory (the Pulumi project directory) by construction.
+    assert Path(args.dockerfile).resolve() == image.DOCKERFILE, args.dockerfile
+    assert Path(args.context).resolve() == image.REPO_ROOT, args.context
+
+
+def test_image_args_passes_docker_daemon_settings() -> None:
+    cfg = ImageConfig(docker_host="tcp://192.168.49.2:2376", docker_cert_path="/certs")
+    args = image.image_args(cfg, gpu=False, cluster_kind="minikube")
+    assert (args.docker_host, args.docker_cert_path) == ("tcp://192.168.49.2:2376", "/certs")
+
+
+def test_minikube_drops_registry_credentials() -> None:
+    args = image.image_args(cloud_config(), gpu=False, cluster_kind="minikube")
+    assert (args.registry_server, args.registry_username, args.registry_password) == (
+        None,
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("cfg", "cluster_kind", "match"),
+    [
+        (ImageConfig(), "gke", r"clusterKind: must be one of minikube, cloud; got 'gke'"),
+        (ImageConfig(tag="latest"), "minikube", r"imageTag: must be a fixed version"),
+        (ImageConfig(tag="v1 beta"), "minikube", r"imageTag: must be a Docker tag.*'v1 beta'"),
+        (ImageConfig(repository="Trainer"), "minikube", r"imageRepository: .*'Trainer'"),
+        (ImageConfig(platform="amd64"), "minikube", r"imagePlatform: .*os/arch.*'amd64'"),
+        (ImageConfig(), "cloud", r"imageRegistry: must be a registry .* got None"),
+        (ImageConfig(registry="https://r.io"), "cloud", r"imageRegistry: .*'https://r.io'"),
+        (
+            ImageConfig(registry=REGISTRY, registry_username="bot"),
+            "cloud",
+            r"imageRegistryUsername/imageRegistryPassword: set both.*password unset",
+        ),
+    ],
+)
+def test_image_args_rejects_bad_config(cfg: ImageConfig, cluster_kind: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        image.image_args(cfg, gpu=False, cluster_kind=cluster_kind)
+
+
+@pytest.mark.parametrize(
+    "digest",
+    [None, "", f"{REGISTRY}/t:0.1.0", f"{REGISTRY}/t@sha256:abc", "sha256:" + "a" * 64],
+)
+def test_require_digest_ref_refuses_mutable_references(digest: str | None) -> None:
+    with pytest.raises(image.ImageError, match=r"repoDigest must be '<repo>@sha256:<64 hex>'"):
+        image.require_digest_ref(digest, "r/t:0.1.0")
+
+
+# --- The component under mocks. ---
+
+
+def test_cloud_image_ref_is_the_pushed_digest(mocks: ImageMocks) -> None:
+    def program() -> dict[str, Any]:
+        args, component = build_component(cloud_config(), gpu=True, cluster_kind="cloud")
+        assert component.pull_policy == "Always"
+        return {"ref": component.image_ref, "urn": component.image.urn}
+
+    values = resolve(program)
+    ref, secret = values["ref"]
+    assert DIGEST_REF.match(ref) and ref.startswith(f"{REGISTRY}/tf-distributed-trainer@"), ref
+    assert not secret, "image_ref must stay plain: a secret would hide the whole pod template"
+    assert "TrainerImage$docker:index/image:Image" in values["urn"][0], "image not parented"
+    (built,) = mocks.of_type(IMAGE_TYPE)
+    assert built.inputs["skipPush"] is False
+    assert built.inputs["build"]["args"] == {image.BUILD_ARG_VARIANT: "-gpu"}
+    assert built.inputs["buildOnPreview"] is False
+
+
+def test_rebuild_changes_the_digest_reference(mocks: ImageMocks) -> None:
+    """A different build (here: another base variant) yields another reference, so the
+    StatefulSet's pod template changes and the workers roll."""
+
+    def program() -> dict[str, Any]:
+        _, cpu = build_component(cloud_config(), gpu=False, cluster_kind="cloud")
+        gpu_args = image.image_args(cloud_config(), gpu=True, cluster_kind="cloud")
+        gpu = image.TrainerImage("trainer-gpu", gpu_args)
+        return {"cpu": cpu.image_ref, "gpu": gpu.image_ref}
+
+    values = resolve(program)
+    assert values["cpu"][0] != values["gpu"][0]
+
+
+def test_minikube_uses_local_tag_never_pulled_nor_pushed(mocks: ImageMocks) -> None:
+    def program() -> dict[str, Any]:
+        cfg = ImageConfig(docker_host="tcp://192.168.49.2:2376", docker_cert_path="/m/certs")
+        _, component = build_component(cfg, gpu=False, cluster_kind="minikube")
+        assert component.pull_policy == "Never"
+        return {"ref": component.image_ref, "content": component.content_id}
+
+    values = resolve(program)
+    assert values["ref"][0] == "tf-distributed-trainer:0.1.0"
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", values["content"][0]), values["content"]
+    (built,) = mocks.of_type(IMAGE_TYPE)
+    assert built.inputs["skipPush"] is True
+    assert "registry" not in built.inputs, "a minikube build must not carry registry credentials"
+    (provider,) = mocks.of_type(PROVIDER_TYPE)
+    assert (provider.inputs.get("host"), provider.inputs.get("certPath")) == (
+        "tcp://192.168.49.2:2376",
+        "/m/certs",
+    )
+
+
+@pytest.mark.parametrize("cluster_kind", ["minikube", "cloud"])
+def test_image_always_uses_the_explicit_docker_provider(
+    mocks: ImageMocks, cluster_kind: str
+) -> None:
+    resolve(
+        lambda: {
+            "ref": build_component(cloud_config(), gpu=False, cluster_kind=cluster_kind)[
+                1
+            ].image_ref
+        }
+    )
+    (built,) = mocks.of_type(IMAGE_TYPE)
+    assert built.provider and f"{PROVIDER_TYPE}::trainer-docker" in built.provider, (
+        f"docker.Image provider is {built.provider!r}: default providers are disabled"
+    )
+
+
+def test_registry_password_stays_secret(mocks: ImageMocks) -> None:
+    def program() -> dict[str, Any]:
+        args, component = build_component(cloud_config(), gpu=False, cluster_kind="cloud")
+        return {
+            "password": args.registry_password,
+            "ref": component.image_ref,
+            "name": component.image_name,
+            "content": component.content_id,
+        }
+
+    values = resolve(program)
+    assert values["password"] == (PASSWORD, True), "image_args must force the password secret"
+    for key in ("ref", "name", "content"):
+        assert PASSWORD not in str(values[key][0]), f"TrainerImage.{key} leaks the password"
+    (built,) = mocks.of_type(IMAGE_TYPE)
+    registry = built.inputs["registry"]
+    assert is_rpc_secret(registry), "docker.Image received the registry block in plain text"
+    assert unwrap_rpc_secret(registry)["password"] == PASSWORD
+    assert PASSWORD not in str(built.inputs["build"]), "password reached the build (a layer)"
+    assert "registry" not in image.mock_image_outputs(IMAGE_TYPE, built.inputs)
+
+
+def test_mock_outputs_are_deterministic_placeholders() -> None:
+    inputs = {
+        "imageName": f"{REGISTRY}/tf-distributed-trainer:0.1.0",
+        "build": {"args": {"TF_VARIANT": ""}, "platform": "linux/amd64"},
+        "skipPush": False,
+    }
+    first = image.mock_image_outputs(IMAGE_TYPE, inputs)
+    assert first == image.mock_image_outputs(IMAGE_TYPE, dict(reversed(inputs.items())))
+    assert first["repoDigest"].startswith(f"{REGISTRY}/tf-distributed-trainer@sha256:")
+    assert image.mock_image_outputs(PROVIDER_TYPE, {"host": "h"}) == {"host": "h"}
+
+
+# --- The rendered stacks (the real program under the renderer's mocks). ---
+
+PASSWORD_KEY = f"{PROJECT}:imageRegistryPassword"
+USERNAME_KEY = f"{PROJECT}:imageRegistryUsername"
+
+
+def _worker_container(result: render.Rendered) -> dict[str, Any]:
+    pod = result.one("StatefulSet")["spec"]["template"]
+    (container,) = [c for c in pod["spec"]["containers"] if c["name"] == CONTAINER_NAME]
+    return container
+
+
+@pytest.mark.parametrize(
+    ("stack", "image_pattern", "pull_policy"),
+    [
+        (
+            "prod",
+            r"us-docker\.pkg\.dev/example-project/tfd/tf-distributed-trainer@sha256:[0-9a-f]{64}",
+            "Always",
+        ),
+        ("dev", r"tf-distributed-trainer:0\.1\.0", "Never"),
+    ],
+)
+def test_rendered_statefulset_runs_the_built_image(
+    rendered: dict[str, render.Rendered], stack: str, image_pattern: str, pull_policy: str
+) -> None:
+    container = _worker_container(rendered[stack])
+    assert re.fullmatch(image_pattern, container["image"]), (
+        f"stack {stack}: StatefulSet image {container['image']!r} !~ {image_pattern}"
+    )
+    assert container["imagePullPolicy"] == pull_policy, f"stack {stack}: imagePullPolicy"
+    assert "command" not in container, f"stack {stack}: the image ENTRYPOINT is the command"
+    (built,) = [r for r in rendered[stack].resources if r.type == IMAGE_TYPE]
+    assert built.inputs["skipPush"] is (stack == "dev"), f"stack {stack}: docker.Image skipPush"
+
+
+class _RawImageRecorder(render.Recorder):
+    """The renderer's recorder, also keeping the docker.Image inputs before redaction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raw_image_inputs: list[dict[str, Any]] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
+        if args.typ == IMAGE_TYPE:
+            self.raw_image_inputs.append(args.inputs)
+        return super().new_resource(args)
+
+
+def test_rendered_stack_never_holds_the_registry_password(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Render prod with a recognisable registry password: it reaches the push as a secret and
+    no rendered file or stack output contains it."""
+    original = render.stack_config
+
+    def with_password(*args: Any, **kwargs: Any) -> tuple[dict[str, str], list[str]]:
+        values, secret_keys = original(*args, **kwargs)
+        values[PASSWORD_KEY] = PASSWORD  # what `secure:` would decrypt to under `pulumi up`
+        return values, secret_keys
+
+    monkeypatch.setattr(render, "stack_config", with_password)
+    recorder = _RawImageRecorder()
+    result = render.render_stack(
+        "prod",
+        overrides={PASSWORD_KEY: {"secure": "v1:ciphertext"}, USERNAME_KEY: "ci-bot"},
+        recorder=recorder,
+    )
+    (raw,) = recorder.raw_image_inputs
+    assert is_rpc_secret(raw["registry"]), "stack prod: registry credentials reached in clear"
+    assert unwrap_rpc_secret(raw["registry"])["password"] == PASSWORD, "password never arrived"
+
+    render.write_rendered(result, tmp_path)
+    files = sorted(tmp_path.rglob("*.yaml"))
+    assert files, f"nothing rendered under {tmp_path}"
+    leaks = [str(p.relative_to(tmp_path)) for p in files if PASSWORD in p.read_text()]
+    assert not leaks, f"stack prod: registry password in clear in {leaks}"
+    assert PASSWORD not in repr(result.outputs), "stack prod: password in the stack outputs"
