@@ -12,8 +12,8 @@ import pulumi
 
 from infra.autoscaling import Autoscaler, AutoscalerArgs
 from infra.cluster import make_provider
-from infra.config import ConfigError, StackConfig
-from infra.image import ImageError, TrainerImage, image_args
+from infra.config import StackConfig
+from infra.image import TrainerImage, image_args
 from infra.labels import selector_labels, standard_labels
 from infra.namespace import TrainingNamespace, TrainingNamespaceArgs
 from infra.network import NetworkPolicies, NetworkPoliciesArgs
@@ -67,12 +67,9 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     Raises:
         ConfigError: the image settings are invalid (checked before any resource exists).
     """
-    try:
-        trainer_image_args = image_args(
-            cfg.image, gpu=cfg.workers.gpus > 0, cluster_kind=cfg.cluster.kind
-        )
-    except ImageError as exc:
-        raise ConfigError([str(exc)]) from exc
+    trainer_image_args = image_args(
+        cfg.image, gpu=cfg.workers.gpus > 0, cluster_kind=cfg.cluster.kind
+    )
 
     monitoring_args = None
     if cfg.monitoring.enabled:
