@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from infra.component import Component
 from infra.config import StackConfig
 from infra.labels import kwargs, metadata
 
@@ -65,16 +66,16 @@ class AutoscalerArgs:
     statefulset: pulumi.Resource
 
 
-class Autoscaler(pulumi.ComponentResource):
+class Autoscaler(Component):
     """The HPA, created after (and depending on) the StatefulSet."""
 
     def __init__(
         self, name: str, args: AutoscalerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__(COMPONENT_TYPE, name, None, opts)
+        super().__init__(COMPONENT_TYPE, name, opts)
         hpa = kubernetes.autoscaling.v2.HorizontalPodAutoscaler(
             name,
             **kwargs(hpa_manifest(args.cfg)),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.statefulset]),
+            opts=self.child_opts(depends_on=[args.statefulset]),
         )
         self.register_outputs({"hpa": hpa.metadata.apply(lambda m: m.name)})

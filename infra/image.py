@@ -31,6 +31,7 @@ import pulumi
 import pulumi_docker as docker
 from pulumi.runtime.rpc import unwrap_rpc_secret
 
+from infra.component import Component
 from infra.config import CLUSTER_KINDS, PROJECT, ConfigError, ImageConfig
 
 COMPONENT_TYPE = "tfd:infra:TrainerImage"
@@ -209,7 +210,7 @@ def require_digest_ref(repo_digest: str | None, image_name: str) -> str:
     return repo_digest
 
 
-class TrainerImage(pulumi.ComponentResource):
+class TrainerImage(Component):
     """Builds the trainer image (and pushes it for cloud stacks).
 
     Attributes:
@@ -231,13 +232,13 @@ class TrainerImage(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainerImageArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__(COMPONENT_TYPE, name, None, opts)
+        super().__init__(COMPONENT_TYPE, name, opts)
         # Default providers are disabled stack-wide: the image always gets this explicit one.
         provider = docker.Provider(
             f"{name}-docker",
             host=args.docker_host,
             cert_path=args.docker_cert_path,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self.child_opts(),
         )
         registry = None
         if args.push:
@@ -265,7 +266,7 @@ class TrainerImage(pulumi.ComponentResource):
             registry=registry,
             # A preview must not spend minutes building a multi-GB image.
             build_on_preview=False,
-            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+            opts=self.child_opts(provider=provider),
         )
 
         self.image = image

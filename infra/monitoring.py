@@ -33,6 +33,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra import alerts
+from infra.component import Component
 from infra.config import ConfigError
 from infra.dashboards import trainer as trainer_dashboard
 from trainer.contract import METRICS_PATH, METRICS_PORT_NAME
@@ -222,7 +223,7 @@ def port_forward_command(namespace: str, service: str, local_port: int, port: in
     return f"kubectl -n {namespace} port-forward svc/{service} {local_port}:{port}"
 
 
-class Monitoring(pulumi.ComponentResource):
+class Monitoring(Component):
     """kube-prometheus-stack, the worker PodMonitor, trainer alerts and dashboard.
 
     Outputs: ``namespace`` (name), ``grafana_service`` and ``prometheus_service``
@@ -234,8 +235,8 @@ class Monitoring(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__("tfd:infra:Monitoring", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        super().__init__("tfd:infra:Monitoring", name, opts)
+        child = self.child_opts()
 
         ns = k8s.core.v1.Namespace(
             f"{name}-namespace",
@@ -276,10 +277,10 @@ class Monitoring(pulumi.ComponentResource):
                 values=helm_values(args),
                 timeout=RELEASE_TIMEOUT_S,
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=release_deps),
+            opts=self.child_opts(depends_on=release_deps),
         )
         # The PodMonitor/PrometheusRule kinds exist only once the chart installed its CRDs.
-        after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+        after_release = self.child_opts(depends_on=[self.release])
 
         self.pod_monitor = k8s.apiextensions.CustomResource(
             f"{name}-pod-monitor",

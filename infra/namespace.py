@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from infra.component import Component
 from infra.config import StackConfig
 from infra.labels import kwargs, metadata
 
@@ -81,7 +82,7 @@ class TrainingNamespaceArgs:
     cfg: StackConfig
 
 
-class TrainingNamespace(pulumi.ComponentResource):
+class TrainingNamespace(Component):
     """Namespace, ServiceAccount and (with autoscaling) Role + RoleBinding.
 
     Attributes:
@@ -95,11 +96,11 @@ class TrainingNamespace(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: TrainingNamespaceArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__(COMPONENT_TYPE, name, None, opts)
+        super().__init__(COMPONENT_TYPE, name, opts)
         cfg = args.cfg
-        child = pulumi.ResourceOptions(parent=self)
+        child = self.child_opts()
         ns = kubernetes.core.v1.Namespace(name, **kwargs(namespace_manifest(cfg)), opts=child)
-        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        in_ns = self.child_opts(depends_on=[ns])
         sa = kubernetes.core.v1.ServiceAccount(
             f"{name}-worker", **kwargs(service_account_manifest(cfg)), opts=in_ns
         )
@@ -112,7 +113,7 @@ class TrainingNamespace(pulumi.ComponentResource):
             kubernetes.rbac.v1.RoleBinding(
                 f"{name}-read-statefulset",
                 **kwargs(binding),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[created, sa]),
+                opts=self.child_opts(depends_on=[created, sa]),
             )
         self.namespace_name = ns.metadata.apply(lambda m: m.name)
         self.service_account_name = sa.metadata.apply(lambda m: m.name)

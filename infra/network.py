@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from infra.component import Component
 from infra.config import StackConfig
 from infra.labels import kwargs, metadata, selector_labels
 
@@ -141,18 +142,18 @@ class NetworkPoliciesArgs:
     cfg: StackConfig
 
 
-class NetworkPolicies(pulumi.ComponentResource):
+class NetworkPolicies(Component):
     """All NetworkPolicies of :func:`network_policy_manifests`."""
 
     def __init__(
         self, name: str, args: NetworkPoliciesArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__(COMPONENT_TYPE, name, None, opts)
+        super().__init__(COMPONENT_TYPE, name, opts)
         names = []
         for manifest in network_policy_manifests(args.cfg):
             policy_name = manifest["metadata"]["name"]
             kubernetes.networking.v1.NetworkPolicy(
-                policy_name, **kwargs(manifest), opts=pulumi.ResourceOptions(parent=self)
+                policy_name, **kwargs(manifest), opts=self.child_opts()
             )
             names.append(policy_name)
         self.register_outputs({"policies": names})

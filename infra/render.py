@@ -63,6 +63,7 @@ class Registered:
         provider: provider reference (``<urn>::<id>``), empty for components and providers.
         ignore_changes: the resource option ``ignore_changes``.
         retain_on_delete: the resource option ``retain_on_delete``.
+        dependencies: URNs of the resources it waits for (``depends_on``, expanded).
     """
 
     type: str
@@ -71,6 +72,7 @@ class Registered:
     provider: str
     ignore_changes: tuple[str, ...] = ()
     retain_on_delete: bool = False
+    dependencies: tuple[str, ...] = ()
 
     @property
     def is_manifest(self) -> bool:
@@ -196,12 +198,14 @@ class Recorder(pulumi_mocks.Mocks):
     def __init__(self) -> None:
         self.resources: list[Registered] = []
         # Resource options the engine would see, by (type, name); filled by _Monitor.
-        self.options: dict[tuple[str, str], tuple[tuple[str, ...], bool]] = {}
+        self.options: dict[tuple[str, str], tuple[tuple[str, ...], bool, tuple[str, ...]]] = {}
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
-        ignore, retain = self.options.get((args.typ, args.name), ((), False))
+        ignore, retain, deps = self.options.get((args.typ, args.name), ((), False, ()))
         self.resources.append(
-            Registered(args.typ, args.name, clean(args.inputs), args.provider or "", ignore, retain)
+            Registered(
+                args.typ, args.name, clean(args.inputs), args.provider or "", ignore, retain, deps
+            )
         )
         outputs = dict(args.inputs)
         if args.typ.startswith("docker"):
@@ -223,6 +227,7 @@ class _Monitor(pulumi_mocks.MockMonitor):
         self.recorder.options[(request.type, request.name)] = (
             tuple(request.ignoreChanges),
             bool(request.retainOnDelete),
+            tuple(request.dependencies),
         )
         return super().RegisterResource(request)
 

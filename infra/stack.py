@@ -100,7 +100,6 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
             image=image.image_ref,
             pull_policy=image.pull_policy,
             image_id=image.content_id,
-            depends_on=(namespace,),
         ),
         in_namespace,
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from infra.component import Component
 from infra.config import StackConfig
 from infra.image import IMAGE_GID, IMAGE_UID
 from infra.labels import COMPONENT_WORKER, kwargs, metadata, selector_labels, standard_labels
@@ -312,17 +313,15 @@ class WorkersArgs:
         image: container image reference (output of the image component).
         pull_policy: ``imagePullPolicy``.
         image_id: changes whenever the image is rebuilt (pod-template annotation), optional.
-        depends_on: resources that must exist first (namespace, ServiceAccount, RBAC).
     """
 
     cfg: StackConfig
     image: pulumi.Input[str]
     pull_policy: str
     image_id: pulumi.Input[str] | None = None
-    depends_on: tuple[pulumi.Resource, ...] = ()
 
 
-class Workers(pulumi.ComponentResource):
+class Workers(Component):
     """Headless Service, checkpoint claim, StatefulSet and PodDisruptionBudget.
 
     Attributes:
@@ -337,23 +336,20 @@ class Workers(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: WorkersArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        super().__init__(COMPONENT_TYPE, name, None, opts)
+        super().__init__(COMPONENT_TYPE, name, opts)
         cfg = args.cfg
-        deps = list(args.depends_on)
         service = kubernetes.core.v1.Service(
             f"{name}-headless",
             **kwargs(headless_service_manifest(cfg)),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+            opts=self.child_opts(),
         )
         claim_manifest = checkpoint_claim_manifest(cfg)
-        sts_deps = [*deps, service]
+        sts_deps: list[pulumi.Resource] = [service]
         if claim_manifest is not None:
             claim = kubernetes.core.v1.PersistentVolumeClaim(
                 f"{name}-checkpoints",
                 **kwargs(claim_manifest),
-                opts=pulumi.ResourceOptions(
-                    parent=self,
-                    depends_on=deps,
+                opts=self.child_opts(
                     # Checkpoints outlive `pulumi destroy` unless the stack says Delete.
                     retain_on_delete=cfg.storage.retention == "Retain",
                 ),
@@ -362,8 +358,7 @@ class Workers(pulumi.ComponentResource):
         self.statefulset = kubernetes.apps.v1.StatefulSet(
             name,
             **kwargs(statefulset_manifest(cfg, args.image, args.pull_policy, args.image_id)),
-            opts=pulumi.ResourceOptions(
-                parent=self,
+            opts=self.child_opts(
                 depends_on=sts_deps,
                 # The HPA owns spec.replicas once it exists; `pulumi up` must not reset it.
                 ignore_changes=["spec.replicas"] if cfg.autoscaling.enabled else None,
@@ -372,7 +367,7 @@ class Workers(pulumi.ComponentResource):
         kubernetes.policy.v1.PodDisruptionBudget(
             name,
             **kwargs(pdb_manifest(cfg)),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+            opts=self.child_opts(),
         )
         self.statefulset_name = self.statefulset.metadata.apply(lambda m: m.name)
         self.service_name = service.metadata.apply(lambda m: m.name)

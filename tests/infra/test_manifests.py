@@ -331,3 +331,38 @@ def test_statefulset_leaves_replicas_to_the_hpa(rendered, stack, ignored):
 def test_checkpoint_claim_retention_follows_config(rendered, stack, retain):
     (claim,) = [r for r in rendered[stack].resources if r.kind == "PersistentVolumeClaim"]
     assert claim.retain_on_delete is retain, f"stack {stack}: retain_on_delete"
+
+
+def _urn_key(urn: str) -> tuple[str, str]:
+    """(type, name) of a URN ``urn:pulumi:<stack>::<project>::<parent$...$type>::<name>``."""
+    _, _, types, name = urn.split("::", 3)
+    return types.split("$")[-1], name
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_objects_in_the_training_namespace_wait_for_it(rendered, stack):
+    # Pulumi creates a child concurrently with what its component "depends on" unless the child
+    # itself lists the dependency; without it the first `pulumi up` races the Namespace.
+    resources = rendered[stack].resources
+    deps = {(r.type, r.name): {_urn_key(u) for u in r.dependencies} for r in resources}
+
+    def waits_for(key: tuple[str, str], target: tuple[str, str]) -> bool:
+        seen, todo = set(), [key]
+        while todo:
+            for dep in deps.get(todo.pop(), ()):
+                if dep == target:
+                    return True
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return False
+
+    (ns,) = [r for r in resources if r.kind == "Namespace" and r.metadata["name"] != "monitoring"]
+    ns_name = ns.metadata["name"]
+    in_ns = [r for r in resources if r.metadata.get("namespace") == ns_name]
+    assert len(in_ns) >= 5, f"stack {stack}: objects in {ns_name}: {[r.name for r in in_ns]}"
+    for res in in_ns:
+        assert waits_for((res.type, res.name), (ns.type, ns.name)), (
+            f"stack {stack}: {res.kind} {res.metadata.get('name')} does not wait for "
+            f"Namespace {ns_name}; dependencies {res.dependencies}"
+        )
