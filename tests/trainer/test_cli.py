@@ -1,0 +1,136 @@
+"""Flags, and ``python -m trainer`` turning every user error into one line and an exit code."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainer import cli, contract
+from trainer.errors import EXIT_CHECKPOINT, EXIT_CONTRACT, EXIT_DATA, EXIT_MODEL, EXIT_USAGE
+from trainer.local import worker_envs
+
+
+def test_defaults():
+    config = cli.parse_args([])
+    assert config == cli.Config()
+    assert config.dataset == "synthetic" and config.on_done == "idle"
+
+
+def test_pod_flags_parse():
+    config = cli.parse_args(
+        [
+            "--dataset",
+            "gs://b/d.npz",
+            "--epochs",
+            "5",
+            "--batch-size",
+            "32",
+            "--steps-per-epoch",
+            "10",
+            "--checkpoint-every",
+            "7",
+            "--collective",
+            "ring",
+            "--collective-timeout",
+            "12.5",
+            "--heartbeat-timeout",
+            "3",
+            "--model",
+            "pkg.mod:build",
+            "--on-done",
+            "exit",
+        ]
+    )
+    assert (config.epochs, config.batch_size, config.collective) == (5, 32, "ring")
+    assert (config.collective_timeout, config.heartbeat_timeout) == (12.5, 3.0)
+    assert config.model == "pkg.mod:build"
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--epochs", "0"], r"--epochs: must be an integer >= 1; got '0'"),
+        (["--batch-size", "x"], r"--batch-size: must be an integer >= 1; got 'x'"),
+        (["--collective", "mpi"], r"--collective: invalid choice: 'mpi'"),
+        (["--collective-timeout", "-1"], r"--collective-timeout: must be seconds in"),
+        (["--heartbeat-timeout", "soon"], r"--heartbeat-timeout: must be a number of seconds"),
+        (["--model", "nomodule"], r"--model: must be 'module:function'; got 'nomodule'"),
+        (["--on-done", "sleep"], r"--on-done: invalid choice"),
+        (["--learning-rate", "0"], r"--learning-rate: must be a number in \(0, 10\]"),
+        (["--checkpoint-dir", "/x"], r"unrecognized arguments: --checkpoint-dir"),
+    ],
+)
+def test_bad_flags(argv: list[str], match: str, capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as info:
+        cli.parse_args(argv)
+    assert info.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert re.search(match, err), err
+
+
+CORRUPT_STATE = "corrupt-state"
+CORRUPT_INDEX = "corrupt-index"
+CASES = {
+    "bad-data-path": (["--dataset", "/nonexistent/train.npz"], None, EXIT_DATA, "no such file"),
+    "bad-model": (["--model", "no_such_pkg_q:build"], None, EXIT_MODEL, "cannot import"),
+    CORRUPT_STATE: ([], CORRUPT_STATE, EXIT_CHECKPOINT, "checkpoint: corrupt"),
+    CORRUPT_INDEX: ([], CORRUPT_INDEX, EXIT_CHECKPOINT, "ckpt-10: cannot restore"),
+    "bad-contract": ([], "contract", EXIT_CONTRACT, "TFD_POD_NAME: ordinal must be <"),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[int, str]]]:
+    """Every case as a real ``python -m trainer`` process, all started at once."""
+    procs = {}
+    for name, (argv, setup, _, _) in CASES.items():
+        root = tmp_path_factory.mktemp(name)
+        env = worker_envs(1, str(root))[0]
+        ckpts = root / "checkpoints"
+        if setup == CORRUPT_STATE:
+            ckpts.mkdir()
+            (ckpts / "checkpoint").write_text("this is {not a text proto\n")
+        elif setup == CORRUPT_INDEX:
+            ckpts.mkdir()
+            (ckpts / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n')
+            (ckpts / "ckpt-10.index").write_bytes(b"\x00garbage" * 64)
+            (ckpts / "ckpt-10.data-00000-of-00001").write_bytes(b"\x01" * 128)
+        elif setup == "contract":
+            env[contract.ENV_POD_NAME] = "tfd-worker-5"
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "trainer", "--on-done", "exit", *argv],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    results = {}
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=120)
+        results[name] = (proc.returncode, err)
+    yield results
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_errors_are_one_line_and_exit_code(runs: dict[str, tuple[int, str]], case: str):
+    code, stderr = runs[case]
+    _, _, expected_code, text = CASES[case]
+    assert code == expected_code, f"{case}: exit {code}, stderr tail: {stderr[-800:]}"
+    assert "Traceback" not in stderr, f"{case}: traceback on stderr"
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("trainer: error: ") and text in last, f"{case}: {last}"
+
+
+def test_checkpoint_dir_required(tmp_path: Path):
+    env = worker_envs(1, str(tmp_path))[0]
+    env[contract.ENV_CHECKPOINT_DIR] = ""
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == EXIT_CONTRACT
+    assert "TFD_CHECKPOINT_DIR: required" in proc.stderr

@@ -1,0 +1,148 @@
+"""Datasets: determinism, sharding, resume position, and clear errors for bad inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer import data
+from trainer.errors import EXIT_DATA, DataError
+
+
+def _stream(source: data.Source, **kw: int) -> list[np.ndarray]:
+    args = {
+        "num_workers": 2,
+        "worker_index": 0,
+        "batch_size": 8,
+        "steps_per_epoch": 5,
+        "epochs": 3,
+        "start_step": 0,
+        "seed": 7,
+    } | kw
+    return [y.numpy() for _, y in data.worker_dataset(source, **args)]
+
+
+def test_synthetic_is_deterministic_by_seed():
+    a, b, c = data.synthetic(64, 1), data.synthetic(64, 1), data.synthetic(64, 2)
+    assert np.array_equal(a.x, b.x) and np.array_equal(a.y, b.y)
+    assert not np.array_equal(a.x, c.x)
+    assert a.x.shape == (64, 28, 28, 1) and a.num_classes == 10
+
+
+def test_resume_sees_what_an_uninterrupted_run_sees():
+    source = data.synthetic(256, 3)
+    full = _stream(source)
+    assert len(full) == 15
+    for start in (1, 5, 7, 14):
+        resumed = _stream(source, start_step=start)
+        assert len(resumed) == 15 - start, f"start_step={start}"
+        assert all(np.array_equal(a, b) for a, b in zip(full[start:], resumed, strict=True))
+
+
+def test_workers_get_disjoint_shards():
+    source = data.Source("ids", 64, (1,), 64, x=np.zeros((64, 1), "float32"), y=np.arange(64))
+    seen = [
+        set(np.concatenate(_stream(source, worker_index=i, steps_per_epoch=4, epochs=1)))
+        for i in range(2)
+    ]
+    assert not seen[0] & seen[1]
+    assert len(seen[0] | seen[1]) == 64
+
+
+def test_npz(tmp_path: Path):
+    path = tmp_path / "d.npz"
+    np.savez(path, x=np.full((20, 28, 28), 255, "uint8"), y=np.arange(20) % 10)
+    source = data.load(str(path), 1, 0, str(tmp_path), True)
+    assert source.input_shape == (28, 28, 1) and source.num_examples == 20
+    assert float(source.x.max()) == 1.0
+
+
+def _write_tfrecord(path: Path, n: int) -> None:
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in range(n):
+            ex = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "x": tf.train.Feature(float_list=tf.train.FloatList(value=[0.5] * 784)),
+                        "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10])),
+                    }
+                )
+            )
+            w.write(ex.SerializeToString())
+
+
+def test_tfrecords_file_sharded(tmp_path: Path):
+    for i in range(2):
+        _write_tfrecord(tmp_path / f"part-{i}.tfrecord", 6)
+    source = data.load(str(tmp_path / "*.tfrecord"), 1, 0, str(tmp_path), True)
+    assert source.num_examples == 12 and source.input_shape == (28, 28, 1)
+    batches = _stream(source, batch_size=3, steps_per_epoch=2, epochs=1)
+    assert len(batches) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        ("missing.npz", None, r"missing.npz: no such file"),
+        ("bad.npz", b"not a zip", r"bad.npz: cannot read .npz"),
+        ("keys.npz", "keys", r"keys.npz: .npz must contain arrays 'x' and 'y'"),
+        ("shape.npz", "shape", r"shape.npz: x must be \(N, ...\) and y \(N,\)"),
+        ("bad.tfrecord", b"garbage!" * 16, r"bad.tfrecord: not TFRecords"),
+        ("empty.tfrecord", b"", r"empty.tfrecord: TFRecord file is empty"),
+        ("nothing-*.tfrecord", None, r"no TFRecord files match"),
+        ("unknown-name", None, r"not 'synthetic', 'mnist', an existing .npz"),
+    ],
+)
+def test_bad_data(tmp_path: Path, name: str, content: bytes | str | None, match: str):
+    path = tmp_path / name
+    if content == "keys":
+        np.savez(path, a=np.zeros(3))
+    elif content == "shape":
+        np.savez(path, x=np.zeros((3, 4)), y=np.zeros(2, "int64"))
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(DataError, match=match) as info:
+        data.load(str(path), 1, 0, str(tmp_path), True)
+    assert info.value.exit_code == EXIT_DATA
+
+
+def test_tfrecords_without_counting(tmp_path: Path):
+    _write_tfrecord(tmp_path / "one.tfrecord", 9)
+    source = data.load(str(tmp_path / "one.tfrecord"), 1, 0, str(tmp_path), True, count=False)
+    assert source.num_examples == 0
+    assert len(_stream(source, num_workers=1, batch_size=4, steps_per_epoch=3, epochs=1)) == 3
+
+
+@pytest.mark.parametrize(
+    ("is_chief", "marker", "expected_cache"),
+    [(True, False, "root"), (False, False, None), (False, True, "root")],
+    ids=["chief-caches", "worker-before-chief", "worker-after-chief"],
+)
+def test_mnist_cache_on_the_checkpoint_volume(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    is_chief: bool,
+    marker: bool,
+    expected_cache: str | None,
+):
+    from tf_keras.datasets import mnist
+
+    seen = []
+
+    def fake_load_data(cache_dir: str | None = None):  # no internet in tests
+        seen.append(cache_dir)
+        x = np.zeros((12, 28, 28), "uint8")
+        return (x, np.arange(12) % 10), (x, np.arange(12) % 10)
+
+    monkeypatch.setattr(mnist, "load_data", fake_load_data)
+    if marker:
+        (tmp_path / "datasets").mkdir()
+        (tmp_path / "datasets" / "mnist.npz.complete").write_text("ok\n")
+    source = data.load("mnist", 1, 0, str(tmp_path), is_chief)
+    assert source.num_examples == 12 and source.input_shape == (28, 28, 1)
+    assert seen == [str(tmp_path) if expected_cache == "root" else None]
+    if is_chief:
+        assert (tmp_path / "datasets" / "mnist.npz.complete").exists()

@@ -1,0 +1,122 @@
+"""The local launcher's CLI, restart-after-failure, JSON summary; live world-size changes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from trainer import contract, local
+from trainer.errors import EXIT_RESTART, EXIT_USAGE
+
+SUMMARY_KEYS = {"workers", "final_step", "loss", "accuracy", "examples_per_sec", "wall_s"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--workers", "0"], "--workers: must be in [1, 16]"),
+        (["--restarts", "-1"], "--restarts: must be in [0, 100]"),
+        (["--epochs", "zero"], "--epochs: must be an integer >= 1"),
+    ],
+)
+def test_bad_flags_start_nothing(argv: list[str], match: str, capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as info:
+        local.main(argv)
+    assert info.value.code == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert match in captured.err
+    assert "[launcher] starting" not in captured.out
+
+
+def test_worker_envs_follow_the_contract(tmp_path: Path):
+    envs = local.worker_envs(3, str(tmp_path), base={"TF_CONFIG": "{}"})
+    specs = [contract.cluster_spec_from_env(e) for e in envs]
+    assert [s.task_index for s in specs] == [0, 1, 2]
+    assert len({s.workers for s in specs}) == 1 and specs[0].num_workers == 3
+    assert all(h.startswith("127.0.0.1:") for h in specs[0].workers)
+    assert len({e[contract.ENV_METRICS_PORT] for e in envs}) == 3
+    assert all(contract.ENV_TF_CONFIG not in e for e in envs)
+
+
+@pytest.mark.slow
+def test_sigterm_restart_then_summary(tmp_path: Path):
+    """A preempted worker exits EXIT_RESTART; the launcher restarts it; it resumes and ends."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer.local", "--workers", "1", "--restarts", "1"]
+        + ["--checkpoint-dir", str(tmp_path), "--epochs", "3", "--synthetic-examples", "1024"]
+        + ["--batch-size", "16", "--checkpoint-every", "8", "--steps-per-call", "4"]
+        + ["--log-every", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if '"event": "progress"' in line and not any("SIGTERM sent" in x for x in lines):
+            pid = next(json.loads(x.split("] ", 1)[1])["pid"] for x in lines if '"start"' in x)
+            os.kill(pid, signal.SIGTERM)
+            lines.append("SIGTERM sent\n")
+    assert proc.wait(timeout=60) == 0, "".join(lines[-30:])
+    summary = json.loads(lines[-1])
+    assert SUMMARY_KEYS | {"restarts"} <= summary.keys()
+    assert summary["restarts"] == 1 and summary["workers"] == 1
+    assert 0 < summary["launch_to_first_step_s"] < summary["wall_s"]
+    assert summary["final_step"] == 3 * 1024 // 16
+    assert any(f"exit codes [{EXIT_RESTART}]" in x for x in lines)
+    assert any('"event": "resume"' in x for x in lines)
+
+
+@pytest.mark.slow
+def test_world_size_change_stops_at_a_checkpoint(tmp_path: Path):
+    replicas = {"n": 1}
+
+    class Api(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = json.dumps({"spec": {"replicas": replicas["n"]}}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    token = tmp_path / "token"
+    token.write_text("t")
+    env = {
+        contract.ENV_REPLICAS_SOURCE: "api",
+        contract.ENV_API_URL: f"http://127.0.0.1:{server.server_address[1]}",
+        contract.ENV_API_TOKEN_PATH: str(token),
+    }
+    cluster = local.LocalCluster(
+        1,
+        str(tmp_path / "run"),
+        ["--epochs", "50", "--replicas-poll", "0.2", "--log-every", "0.05"],
+        extra_env=env,
+    )
+    try:
+        cluster.start()
+        deadline = time.time() + 60
+        while not cluster.procs[0].events("progress") and time.time() < deadline:
+            time.sleep(0.05)
+        replicas["n"] = 2  # an autoscaler added a worker
+        assert cluster.wait(timeout_s=60) == [EXIT_RESTART], cluster.procs[0].lines[-10:]
+    finally:
+        server.shutdown()
+        server.server_close()
+    stop = cluster.procs[0].events("stop")[-1]
+    assert stop["reason"] == "world size changed"
+    assert (tmp_path / "run" / "checkpoints" / f"ckpt-{stop['step']}.index").exists()

@@ -1,0 +1,72 @@
+"""The metrics/probe HTTP server without TensorFlow."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from trainer import contract
+from trainer.metrics import Metrics, MetricsServer
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Sample name -> value of one /metrics scrape."""
+    status, text = _get(port, contract.METRICS_PATH)
+    assert status == 200, f"{contract.METRICS_PATH} answered {status}"
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+@pytest.fixture
+def served() -> tuple[Metrics, int]:
+    metrics = Metrics(task_index=2, world_size=3)
+    server = MetricsServer(metrics, 0, host="127.0.0.1").start()
+    yield metrics, server.port
+    server.stop()
+
+
+def test_all_contract_names_exported(served: tuple[Metrics, int]):
+    metrics, port = served
+    metrics.steps_total.inc(5)
+    metrics.checkpointed(40, timestamp=1000.0)
+    values = scrape(port)
+    missing = [name for name in contract.METRIC_NAMES if name not in values]
+    assert not missing, f"/metrics lacks {missing}"
+    assert values[contract.METRIC_TASK_INDEX] == 2
+    assert values[contract.METRIC_WORLD_SIZE] == 3
+    assert values[contract.METRIC_STEPS_TOTAL] == 5
+    assert values[contract.METRIC_CHECKPOINT_STEP] == 40
+    assert values[contract.METRIC_CHECKPOINT_TIMESTAMP] == 1000.0
+    assert values[contract.METRIC_CHECKPOINT_AGE] > 1000
+    assert values[contract.METRIC_COMPLETED] == 0
+    assert not any(name.endswith("_created") for name in values)
+
+
+@pytest.mark.parametrize(
+    ("ready", "healthy", "path", "expected"),
+    [
+        (False, True, contract.READINESS_PATH, 503),
+        (True, True, contract.READINESS_PATH, 200),
+        (False, True, contract.LIVENESS_PATH, 200),
+        (False, False, contract.LIVENESS_PATH, 503),
+        (True, True, "/nope", 404),
+    ],
+)
+def test_probes(served: tuple[Metrics, int], ready: bool, healthy: bool, path: str, expected: int):
+    metrics, port = served
+    metrics.ready, metrics.healthy = ready, healthy
+    assert _get(port, path)[0] == expected, f"GET {path}"

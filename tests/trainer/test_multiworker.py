@@ -1,0 +1,164 @@
+"""Real multi-process training on 127.0.0.1: accuracy, identical replicas, kill -9, SIGTERM,
+DONE, and /metrics scraped during a run."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from trainer import contract
+from trainer.errors import EXIT_RESTART
+from trainer.local import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+CHECKPOINT_EVERY = 8
+ARGS = [
+    "--epochs", "2",
+    "--synthetic-examples", "2048",
+    "--batch-size", "32",
+    "--checkpoint-every", str(CHECKPOINT_EVERY),
+    "--steps-per-call", "4",
+    "--heartbeat-timeout", "3",
+    "--collective-timeout", "10",
+    "--log-every", "0.05",
+    "--intra-op-threads", "1",
+]  # fmt: skip
+TOTAL_STEPS = 2 * 2048 // (32 * 2)
+
+
+def _until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _last_step(cluster: LocalCluster, worker: int = 0) -> int:
+    steps = [e["step"] for e in cluster.procs[worker].events("progress")]
+    return max(steps, default=0)
+
+
+def _http(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, ""
+    except urllib.error.URLError:  # not listening yet
+        return 0, ""
+
+
+def _scrape(port: int) -> dict[str, float]:
+    status, text = _http(port, contract.METRICS_PATH)
+    assert status == 200, f"GET :{port}{contract.METRICS_PATH} -> {status}"
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def _start(root: Path, *extra: str) -> LocalCluster:
+    cluster = LocalCluster(2, str(root), [*ARGS, *extra])
+    cluster.start()
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One uninterrupted 2-worker run; /metrics of worker 0 scraped while it trains."""
+    root = tmp_path_factory.mktemp("trained")
+    cluster = _start(root, "--on-done", "exit")
+    # Past the first checkpoint: it is saved before the next call starts.
+    _until(lambda: _last_step(cluster) > CHECKPOINT_EVERY, 120, "worker-0 progress")
+    scraped = _scrape(cluster.procs[0].metrics_port)
+    ready = _http(cluster.procs[0].metrics_port, contract.READINESS_PATH)[0]
+    codes = cluster.wait(timeout_s=180)
+    return {"root": root, "cluster": cluster, "codes": codes, "metrics": scraped, "ready": ready}
+
+
+def test_two_workers_train_to_accuracy_with_identical_weights(trained: dict[str, Any]):
+    cluster: LocalCluster = trained["cluster"]
+    assert trained["codes"] == [0, 0], cluster.procs[0].lines[-20:]
+    summary = json.loads((trained["root"] / "summary.json").read_text())
+    assert summary["final_step"] == TOTAL_STEPS
+    assert summary["accuracy"] >= 0.9, summary
+    digests = [p.events("trained")[-1]["weights_sha256"] for p in cluster.procs]
+    assert digests[0] == digests[1], f"replicas diverged: {digests}"
+    assert (trained["root"] / contract.DONE_MARKER).exists()
+    assert (trained["root"] / "model.keras").exists()
+
+
+def test_metrics_during_a_run(trained: dict[str, Any]):
+    values = trained["metrics"]
+    missing = [name for name in contract.METRIC_NAMES if name not in values]
+    assert not missing, f"worker-0 /metrics lacks {missing}"
+    assert values[contract.METRIC_WORLD_SIZE] == 2
+    assert values[contract.METRIC_TASK_INDEX] == 0
+    assert 0 < values[contract.METRIC_STEP] <= TOTAL_STEPS
+    assert values[contract.METRIC_STEPS_TOTAL] == values[contract.METRIC_STEP]
+    assert 0 <= values[contract.METRIC_ACCURACY] <= 1
+    assert 0 < values[contract.METRIC_LOSS] < 10 and math.isfinite(values[contract.METRIC_LOSS])
+    assert values[contract.METRIC_EPOCH] in (0, 1)
+    assert values[contract.METRIC_EXAMPLES_PER_SECOND] >= 0
+    assert values[contract.METRIC_CHECKPOINT_STEP] >= CHECKPOINT_EVERY
+    assert 0 <= values[contract.METRIC_CHECKPOINT_AGE] < 120
+    assert values[contract.METRIC_RESUMES_TOTAL] == 0
+    assert values[contract.METRIC_COMPLETED] == 0
+    assert trained["ready"] == 200
+
+
+def test_done_marker_means_no_training(trained: dict[str, Any]):
+    cluster = _start(trained["root"], "--on-done", "idle")
+    port = cluster.procs[1].metrics_port
+    _until(lambda: _http(port, contract.READINESS_PATH)[0] == 200, 60, "worker-1 ready")
+    values = _scrape(port)
+    assert values[contract.METRIC_COMPLETED] == 1
+    assert _http(port, contract.LIVENESS_PATH)[0] == 200
+    cluster.terminate()
+    assert cluster.wait(timeout_s=30) == [0, 0]
+    for proc in cluster.procs:
+        assert not proc.events("start"), f"worker-{proc.index} trained again"
+        assert proc.events("done"), f"worker-{proc.index} did not report completion"
+
+
+def test_kill_9_then_resume(trained: dict[str, Any], tmp_path: Path):
+    cluster = _start(tmp_path, "--on-done", "exit")
+    _until(lambda: _last_step(cluster) >= 12, 120, "worker-0 past step 12")
+    reached = _last_step(cluster)
+    killed_at = time.time()
+    cluster.procs[1].proc.kill()
+    codes = cluster.wait(kill_on_failure=False, timeout_s=30)
+    survivor = cluster.procs[0]
+    assert codes[0] != 0, "the survivor exited 0 after its peer was killed"
+    assert survivor.exit_time - killed_at <= 10, f"survivor took {survivor.exit_time - killed_at}s"
+
+    again = _start(tmp_path, "--on-done", "exit")
+    assert again.wait(timeout_s=180) == [0, 0], again.procs[0].lines[-20:]
+    resumed = [p.events("resume")[0]["step"] for p in again.procs]
+    assert resumed[0] == resumed[1] > 0, resumed
+    assert resumed[0] >= reached - CHECKPOINT_EVERY, f"redid {reached - resumed[0]} steps"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    uninterrupted = json.loads((trained["root"] / "summary.json").read_text())
+    assert summary["final_step"] == uninterrupted["final_step"]
+
+
+def test_sigterm_checkpoints_and_exits_restart(tmp_path: Path):
+    cluster = _start(tmp_path, "--on-done", "exit")
+    _until(lambda: _last_step(cluster) >= 8, 120, "worker-0 past step 8")
+    cluster.signal(1, signal.SIGTERM)
+    assert cluster.wait(kill_on_failure=False, timeout_s=60) == [EXIT_RESTART, EXIT_RESTART]
+    stops = [p.events("stop")[-1]["step"] for p in cluster.procs]
+    assert stops[0] == stops[1], stops
+    assert (tmp_path / "checkpoints" / f"ckpt-{stops[0]}.index").exists()
+    assert cluster.procs[1].events("stop")[-1]["reason"] == "SIGTERM"

@@ -1,0 +1,234 @@
+"""Command line of the trainer: ``python -m trainer [flags]``.
+
+Flags choose *what* to train; *where* (task index, peers, checkpoint location, ports) comes from
+the pod environment contract (:mod:`trainer.contract`) and never from flags. ``main`` maps every
+:class:`~trainer.errors.TrainerError` to its exit code with one line on stderr, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trainer.errors import EXIT_OK, EXIT_USAGE, TrainerError
+
+COLLECTIVES = ("auto", "ring", "nccl")
+ON_DONE = ("idle", "exit")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Validated trainer flags; see :func:`build_parser` for units, defaults and ranges."""
+
+    dataset: str = "synthetic"
+    epochs: int = 3
+    batch_size: int = 64
+    steps_per_epoch: int = 0
+    checkpoint_every: int = 50
+    steps_per_call: int = 16
+    collective: str = "auto"
+    collective_timeout: float = 30.0
+    heartbeat_timeout: float = 5.0
+    model: str = ""
+    seed: int = 1
+    learning_rate: float = 1e-3
+    synthetic_examples: int = 4096
+    on_done: str = "idle"
+    log_every: float = 5.0
+    intra_op_threads: int = 0
+    replicas_poll: float = 30.0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0; got {text!r}") from None
+    if not 0 < value < 86_400:
+        raise argparse.ArgumentTypeError(f"must be seconds in (0, 86400); got {text!r}")
+    return value
+
+
+def _learning_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 10]; got {text!r}") from None
+    if not 0 < value <= 10:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 10]; got {text!r}")
+    return value
+
+
+def _model_spec(text: str) -> str:
+    if not text:  # the default: the built-in CNN
+        return text
+    module, sep, func = text.partition(":")
+    if not sep or not module or not func.isidentifier():
+        raise argparse.ArgumentTypeError(f"must be 'module:function'; got {text!r}")
+    return text
+
+
+def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
+    """The trainer's flags. Pod manifests and the local launcher pass these names."""
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Multi-worker TensorFlow training of one StatefulSet pod (or local process).",
+    )
+    add = p.add_argument
+    add(
+        "--dataset",
+        default=Config.dataset,
+        help="'synthetic' (default, learnable, deterministic by --seed), 'mnist' (downloaded "
+        "once, cached under the checkpoint dir), or a .npz file / TFRecord file, glob or "
+        "directory; local path or gs:// s3:// URI",
+    )
+    add("--epochs", type=_positive_int, default=Config.epochs, help="epochs (default 3)")
+    add(
+        "--batch-size",
+        type=_positive_int,
+        default=Config.batch_size,
+        help="examples per worker per step (default 64); global batch = this x workers",
+    )
+    add(
+        "--steps-per-epoch",
+        type=_non_negative_int,
+        default=Config.steps_per_epoch,
+        help="steps per epoch; 0 (default) = examples // global batch",
+    )
+    add(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=Config.checkpoint_every,
+        help="save a checkpoint every N global steps (default 50); also at each epoch end",
+    )
+    add(
+        "--steps-per-call",
+        type=_positive_int,
+        default=Config.steps_per_call,
+        help="steps run per tf.function call (default 16); stop requests (SIGTERM, world size "
+        "change) are agreed on between calls",
+    )
+    add(
+        "--collective",
+        choices=COLLECTIVES,
+        default=Config.collective,
+        help="collective implementation (default auto; nccl needs GPUs)",
+    )
+    add(
+        "--collective-timeout",
+        type=_positive_seconds,
+        default=Config.collective_timeout,
+        help="seconds a collective may wait for peers before failing (default 30); must exceed "
+        "the slowest checkpoint write",
+    )
+    add(
+        "--heartbeat-timeout",
+        type=_positive_seconds,
+        default=Config.heartbeat_timeout,
+        help="seconds without heartbeats before a peer is declared dead (default 5)",
+    )
+    add(
+        "--model",
+        type=_model_spec,
+        default=Config.model,
+        help="'module:function' returning an uncompiled tf-keras model that outputs logits "
+        "(default: the built-in CNN)",
+    )
+    add("--seed", type=_non_negative_int, default=Config.seed, help="random seed (default 1)")
+    add(
+        "--learning-rate",
+        type=_learning_rate,
+        default=Config.learning_rate,
+        help="Adam learning rate (default 0.001)",
+    )
+    add(
+        "--synthetic-examples",
+        type=_positive_int,
+        default=Config.synthetic_examples,
+        help="size of the synthetic dataset (default 4096)",
+    )
+    add(
+        "--on-done",
+        choices=ON_DONE,
+        default=Config.on_done,
+        help="after training (or when DONE exists at start): 'idle' keeps serving metrics "
+        "(default, for StatefulSet pods), 'exit' exits 0",
+    )
+    add(
+        "--log-every",
+        type=_positive_seconds,
+        default=Config.log_every,
+        help="seconds between progress log lines (default 5)",
+    )
+    add(
+        "--intra-op-threads",
+        type=_non_negative_int,
+        default=Config.intra_op_threads,
+        help="TensorFlow intra-op threads; 0 (default) = TensorFlow's choice",
+    )
+    add(
+        "--replicas-poll",
+        type=_positive_seconds,
+        default=Config.replicas_poll,
+        help="seconds between reads of the StatefulSet's replicas by the chief when "
+        "TFD_REPLICAS_SOURCE=api (default 30)",
+    )
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Config:
+    """Parse and validate flags. argparse exits with code 2 (``EXIT_USAGE``) on bad flags."""
+    ns = build_parser().parse_args(argv)
+    return Config(**vars(ns))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the trainer; returns (or exits with) the documented exit code."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    config = parse_args(argv)
+    try:
+        from trainer.train import run
+
+        code = run(config, os.environ)
+    except TrainerError as err:
+        _hard_exit(err.exit_code, f"trainer: error: {err}")
+    except KeyboardInterrupt:
+        _hard_exit(EXIT_USAGE, "trainer: interrupted")
+    _hard_exit(code if code is not None else EXIT_OK, "")
+    return code  # pragma: no cover - _hard_exit does not return
+
+
+def _hard_exit(code: int, message: str) -> None:
+    """Flush and leave without Python's shutdown sequence.
+
+    After a collective failure TensorFlow's gRPC and coordination threads can block interpreter
+    shutdown (thread joins, atexit), so a worker that must exit would hang instead.
+    """
+    if message:
+        print(message, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,252 @@
+"""Datasets: synthetic (default), MNIST, and user files (.npz or TFRecord; local, gs://, s3://).
+
+Every source is sharded by worker explicitly (``Dataset.shard`` or a file split) and the
+automatic sharding of tf.distribute is switched off (``AutoShardPolicy.OFF``), so what each worker
+reads does not depend on graph rewrites. The stream of batches is a pure function of
+(seed, epoch, step), which lets a resumed worker start exactly at the restored step.
+
+TFRecord format: ``tf.train.Example`` with ``x`` (float_list, 784 values = 28x28x1, or
+``x_shape`` int64_list giving another shape) and ``y`` (int64 label).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from trainer.errors import DataError
+
+SYNTHETIC = "synthetic"
+MNIST = "mnist"
+NUM_CLASSES_DEFAULT = 10
+_IMAGE_SHAPE = (28, 28, 1)
+_SHUFFLE_BUFFER = 10_000
+_TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
+
+
+@dataclass(frozen=True)
+class Source:
+    """A dataset before sharding: in-memory arrays or a list of TFRecord files."""
+
+    name: str
+    num_examples: int
+    input_shape: tuple[int, ...]
+    num_classes: int
+    x: np.ndarray | None = None
+    y: np.ndarray | None = None
+    files: tuple[str, ...] = ()
+
+
+def synthetic(num_examples: int, seed: int) -> Source:
+    """Learnable, deterministic 10-class images: a fixed random prototype per class plus noise.
+
+    Same (num_examples, seed) -> same arrays on every worker and every restart.
+    """
+    rng = np.random.default_rng(seed)
+    prototypes = rng.normal(0.0, 1.0, size=(NUM_CLASSES_DEFAULT, *_IMAGE_SHAPE)).astype("float32")
+    y = rng.integers(0, NUM_CLASSES_DEFAULT, size=num_examples).astype("int32")
+    noise = rng.normal(0.0, 1.0, size=(num_examples, *_IMAGE_SHAPE)).astype("float32")
+    x = prototypes[y] * 0.6 + noise
+    return Source(SYNTHETIC, num_examples, _IMAGE_SHAPE, NUM_CLASSES_DEFAULT, x=x, y=y)
+
+
+def _arrays(name: str, x: Any, y: Any) -> Source:
+    x = np.asarray(x)
+    y = np.asarray(y).reshape(-1)
+    if x.ndim < 2 or x.shape[0] != y.shape[0] or x.shape[0] == 0:
+        raise DataError(
+            f"--dataset {name}: x must be (N, ...) and y (N,) with N >= 1; "
+            f"got x{x.shape} y{y.shape}"
+        )
+    if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
+        raise DataError(f"--dataset {name}: y must hold integer labels >= 0; got {y.dtype}")
+    if x.ndim == 3:  # grey images without a channel axis
+        x = x[..., None]
+    x = x.astype("float32")
+    if x.max(initial=0.0) > 1.5:  # 0-255 pixels
+        x = x / 255.0
+    num_classes = max(int(y.max()) + 1, NUM_CLASSES_DEFAULT)
+    return Source(name, int(x.shape[0]), tuple(x.shape[1:]), num_classes, x=x, y=y.astype("int32"))
+
+
+def load_npz(path: str) -> Source:
+    """``.npz`` with arrays ``x``/``y`` (or ``x_train``/``y_train``, as in Keras' mnist.npz)."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            blob = f.read()
+        with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
+            keys = set(npz.files)
+            for xk, yk in (("x", "y"), ("x_train", "y_train")):
+                if {xk, yk} <= keys:
+                    return _arrays(path, npz[xk], npz[yk])
+    except (tf.errors.OpError, OSError, ValueError) as err:
+        raise DataError(f"--dataset {path}: cannot read .npz: {err}") from None
+    raise DataError(f"--dataset {path}: .npz must contain arrays 'x' and 'y'; has {sorted(keys)}")
+
+
+def load_mnist(cache_dir: str, is_chief: bool) -> Source:
+    """MNIST training split through the tf-keras loader (needs internet once).
+
+    The chief caches the file under ``<checkpoint dir>/datasets`` when that is a local path (the
+    shared volume); other workers use that copy once the chief marked it complete, else download
+    into their own ``~/.keras`` so two processes never write the same file.
+    """
+    from tf_keras.datasets import mnist
+
+    local = cache_dir and "://" not in cache_dir
+    # tf-keras stores the file under <cache_dir>/datasets/.
+    ready = f"{cache_dir}/datasets/mnist.npz.complete"
+    use_shared = local and (is_chief or tf.io.gfile.exists(ready))
+    try:
+        (x, y), _ = mnist.load_data(cache_dir=cache_dir if use_shared else None)
+    except Exception as err:  # noqa: BLE001 - urllib, hash and file errors all mean "no data"
+        raise DataError(f"--dataset mnist: download or cache failed: {err}") from None
+    if use_shared and is_chief:
+        tf.io.gfile.makedirs(f"{cache_dir}/datasets")
+        with tf.io.gfile.GFile(ready, "w") as f:
+            f.write("ok\n")
+    return _arrays(MNIST, x, y)
+
+
+def _parse_example(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    spec = {
+        "x": tf.io.VarLenFeature(tf.float32),
+        "y": tf.io.FixedLenFeature([], tf.int64),
+        "x_shape": tf.io.FixedLenFeature([3], tf.int64, default_value=list(_IMAGE_SHAPE)),
+    }
+    ex = tf.io.parse_single_example(record, spec)
+    x = tf.reshape(tf.sparse.to_dense(ex["x"]), ex["x_shape"])
+    return x, tf.cast(ex["y"], tf.int32)
+
+
+def load_tfrecords(pattern: str, count: bool = True) -> Source:
+    """TFRecord files from a file, glob or directory; checks the first record eagerly.
+
+    ``count=False`` skips the full pass that counts records (``num_examples`` is then 0): use it
+    when the steps per epoch are given, as reading a large object-store dataset takes long.
+    """
+    try:
+        if tf.io.gfile.isdir(pattern):
+            files = sorted(tf.io.gfile.glob(pattern.rstrip("/") + "/*"))
+        else:
+            files = sorted(tf.io.gfile.glob(pattern))
+    except tf.errors.OpError as err:
+        raise DataError(f"--dataset {pattern}: cannot list files: {err}") from None
+    if not files:
+        raise DataError(f"--dataset {pattern}: no TFRecord files match")
+    try:
+        first = next(iter(tf.data.TFRecordDataset(files[:1]).take(1)), None)
+        if first is None:
+            raise DataError(f"--dataset {files[0]}: TFRecord file is empty")
+        x, _ = _parse_example(first)
+        total = sum(1 for _ in tf.data.TFRecordDataset(files)) if count else 0
+    except tf.errors.OpError as err:
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DataError(
+            f"--dataset {pattern}: not TFRecords of tf.train.Example with float 'x' and "
+            f"int64 'y': {msg}"
+        ) from None
+    # Labels are not scanned: the head has NUM_CLASSES_DEFAULT logits unless a custom model says
+    # otherwise.
+    shape = tuple(int(d) for d in x.shape)
+    return Source(pattern, total, shape, NUM_CLASSES_DEFAULT, files=tuple(files))
+
+
+def load(
+    spec: str,
+    seed: int,
+    synthetic_examples: int,
+    cache_dir: str,
+    is_chief: bool,
+    count: bool = True,
+) -> Source:
+    """Resolve ``--dataset`` into a :class:`Source` (``count``: see :func:`load_tfrecords`).
+
+    Raises:
+        DataError: unknown name, missing/unreadable file, or wrong shape; names the path.
+    """
+    if spec == SYNTHETIC:
+        return synthetic(synthetic_examples, seed)
+    if spec == MNIST:
+        return load_mnist(cache_dir.rstrip("/"), is_chief)
+    if spec.endswith(".npz"):
+        if not _exists(spec):
+            raise DataError(f"--dataset {spec}: no such file")
+        return load_npz(spec)
+    if spec.endswith(_TFRECORD_SUFFIXES) or any(c in spec for c in "*?[") or _isdir(spec):
+        return load_tfrecords(spec, count)
+    if not _exists(spec):
+        raise DataError(
+            f"--dataset {spec}: not 'synthetic', 'mnist', an existing .npz, or TFRecord files"
+        )
+    return load_tfrecords(spec, count)
+
+
+def _exists(path: str) -> bool:
+    try:
+        return tf.io.gfile.exists(path)
+    except tf.errors.OpError as err:
+        raise DataError(f"--dataset {path}: cannot access: {err}") from None
+
+
+def _isdir(path: str) -> bool:
+    try:
+        return tf.io.gfile.isdir(path)
+    except tf.errors.OpError:
+        return False
+
+
+def worker_dataset(
+    source: Source,
+    *,
+    num_workers: int,
+    worker_index: int,
+    batch_size: int,
+    steps_per_epoch: int,
+    epochs: int,
+    start_step: int,
+    seed: int,
+) -> tf.data.Dataset:
+    """This worker's batches from global step ``start_step`` to the end of training.
+
+    Epoch ``e`` is this worker's shard shuffled with seed ``seed + e``, repeated as needed and cut
+    to ``steps_per_epoch`` batches of ``batch_size``; the first ``start_step % steps_per_epoch``
+    batches of the start epoch are skipped, so a resumed run sees what an uninterrupted one would.
+    """
+    if source.files:
+        files = list(source.files)
+        if len(files) >= num_workers:
+            base = tf.data.TFRecordDataset(files[worker_index::num_workers])
+        else:
+            base = tf.data.TFRecordDataset(files).shard(num_workers, worker_index)
+        base = base.map(_parse_example, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        base = tf.data.Dataset.from_tensor_slices((source.x, source.y)).shard(
+            num_workers, worker_index
+        )
+    per_worker = source.num_examples // num_workers
+    buffer = min(_SHUFFLE_BUFFER, per_worker) if per_worker > 0 else _SHUFFLE_BUFFER
+
+    def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+        return (
+            base.shuffle(buffer, seed=tf.cast(seed, tf.int64) + epoch)
+            .repeat()
+            .batch(batch_size, drop_remainder=True)
+            .take(steps_per_epoch)
+        )
+
+    start_epoch = start_step // steps_per_epoch
+    ds = (
+        tf.data.Dataset.range(start_epoch, epochs)
+        .flat_map(epoch_batches)
+        .skip(start_step % steps_per_epoch)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    options.deterministic = True
+    return ds.with_options(options)

@@ -1,0 +1,134 @@
+"""Prometheus metrics and the pod's HTTP probes, served on ``contract.metrics_port``.
+
+One threaded HTTP server answers ``METRICS_PATH`` (Prometheus text format), ``LIVENESS_PATH``
+(200 while the process is healthy) and ``READINESS_PATH`` (200 once the strategy is up or
+training is done, else 503). Imports no TensorFlow, so it starts before TensorFlow loads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from trainer import contract
+
+prometheus_client.disable_created_metrics()
+
+
+class Metrics:
+    """All ``contract.METRIC_*`` series of one worker, in a private registry."""
+
+    def __init__(self, task_index: int = 0, world_size: int = 1) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.step = Gauge(contract.METRIC_STEP, "Global training step.", registry=r)
+        # prometheus_client appends _total to counters itself.
+        self.steps_total = Counter(
+            contract.METRIC_STEPS_TOTAL.removesuffix("_total"),
+            "Training steps run by this process.",
+            registry=r,
+        )
+        self.examples_per_second = Gauge(
+            contract.METRIC_EXAMPLES_PER_SECOND,
+            "Global examples per second over the last interval.",
+            registry=r,
+        )
+        self.loss = Gauge(contract.METRIC_LOSS, "Mean training loss, last interval.", registry=r)
+        self.accuracy = Gauge(
+            contract.METRIC_ACCURACY, "Training accuracy (0-1), last interval.", registry=r
+        )
+        self.epoch = Gauge(contract.METRIC_EPOCH, "Current epoch (0-based).", registry=r)
+        self.world_size = Gauge(contract.METRIC_WORLD_SIZE, "Number of workers.", registry=r)
+        self.task_index = Gauge(contract.METRIC_TASK_INDEX, "This worker's index.", registry=r)
+        self.checkpoint_step = Gauge(
+            contract.METRIC_CHECKPOINT_STEP, "Step of the last checkpoint (-1: none).", registry=r
+        )
+        self.checkpoint_timestamp = Gauge(
+            contract.METRIC_CHECKPOINT_TIMESTAMP,
+            "Unix time of the last checkpoint (0: none).",
+            registry=r,
+        )
+        self.checkpoint_age = Gauge(
+            contract.METRIC_CHECKPOINT_AGE,
+            "Seconds since the last checkpoint (since process start when none).",
+            registry=r,
+        )
+        self.resumes_total = Counter(
+            contract.METRIC_RESUMES_TOTAL.removesuffix("_total"),
+            "Times this process resumed from a checkpoint.",
+            registry=r,
+        )
+        self.completed = Gauge(
+            contract.METRIC_COMPLETED, "1 once the DONE marker exists.", registry=r
+        )
+        self._started = time.time()
+        self._last_ckpt_ts = 0.0
+        self.checkpoint_age.set_function(
+            lambda: time.time() - (self._last_ckpt_ts or self._started)
+        )
+        self.checkpoint_step.set(-1)
+        self.task_index.set(task_index)
+        self.world_size.set(world_size)
+        self.healthy = True
+        self.ready = False
+
+    def checkpointed(self, step: int, timestamp: float | None = None) -> None:
+        """Record a checkpoint written (or restored) at ``step`` at Unix time ``timestamp``."""
+        self._last_ckpt_ts = time.time() if timestamp is None else timestamp
+        self.checkpoint_step.set(step)
+        self.checkpoint_timestamp.set(self._last_ckpt_ts)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _handler(metrics: Metrics) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            path = self.path.split("?", 1)[0]
+            if path == contract.METRICS_PATH:
+                self._send(200, metrics.exposition(), prometheus_client.CONTENT_TYPE_LATEST)
+            elif path == contract.LIVENESS_PATH:
+                ok = metrics.healthy
+                self._send(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n")
+            elif path == contract.READINESS_PATH:
+                ok = metrics.ready
+                self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
+            else:
+                self._send(404, b"not found\n")
+
+        def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            """Probes every few seconds would flood the logs."""
+
+    return Handler
+
+
+class MetricsServer:
+    """Threaded HTTP server for metrics and probes; ``port=0`` picks a free port."""
+
+    def __init__(self, metrics: Metrics, port: int, host: str = "0.0.0.0") -> None:
+        self._server = ThreadingHTTPServer((host, port), _handler(metrics))
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="metrics-http", daemon=True
+        )
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
