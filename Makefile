@@ -38,7 +38,7 @@ promtool:
 	  else echo "promtool missing: install Debian's 'prometheus' package (apt-get install prometheus)" >&2; exit 1; fi; }
 
 test: $(VENV)/.installed $(CHECKOV_VENV)/.installed promtool lint
-	TFD_CHECKOV=$(CHECKOV_VENV)/bin/checkov $(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest
 
 render: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.render --stack dev --out out/dev

@@ -11,7 +11,6 @@ import ast
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +23,6 @@ from trainer import contract
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
-CHECKOV = os.environ.get("TFD_CHECKOV", str(ROOT / ".venv-checkov" / "bin" / "checkov"))
 
 Instruction = tuple[str, str]
 
@@ -322,12 +320,10 @@ def test_everything_copied_is_in_the_context(
 # --- checkov ---
 
 
-def test_checkov_dockerfile_has_no_failed_checks(tmp_path: Path) -> None:
-    binary = shutil.which(CHECKOV)
-    assert binary, f"checkov not found at {CHECKOV} (set TFD_CHECKOV or run `make test`)"
+def test_checkov_dockerfile_has_no_failed_checks(checkov: str, tmp_path: Path) -> None:
     result = subprocess.run(
         [
-            binary,
+            checkov,
             "--framework",
             "dockerfile",
             "--skip-download",

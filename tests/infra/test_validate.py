@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -63,14 +62,6 @@ def test_checkov_skips_are_few_and_explained(stack):
     for skip in skips:
         assert skip["check"].startswith("CKV"), f"{SKIPS_FILE.name} [{stack}]: {skip}"
         assert len(skip.get("reason", "")) > 40, f"{SKIPS_FILE.name} [{stack}]: no real reason"
-
-
-@pytest.fixture(scope="module")
-def checkov() -> str:
-    path = os.environ.get("TFD_CHECKOV", str(ROOT / ".venv-checkov" / "bin" / "checkov"))
-    if not Path(path).is_file():
-        pytest.fail(f"TFD_CHECKOV: checkov not found at {path} (make .venv-checkov/.installed)")
-    return path
 
 
 @pytest.mark.parametrize("stack", STACKS)
