@@ -243,8 +243,6 @@ class Worker:
             model=net, optimizer=optimizer, step=step_var, last_metrics=last_metrics
         )
         start = self._restore(ckpt, step_var)
-        if self.world_changed.is_set():
-            pass
         manager, temp_dir = self._manager(ckpt)
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -312,7 +310,7 @@ class Worker:
             startup_s=round(time.time() - t_launch, 3),
         )
         step, rate = self._loop(
-            train_call, manager, ckpt, step_var, last_metrics, start, total, spe, global_batch
+            train_call, manager, temp_dir, step_var, last_metrics, start, total, spe, global_batch
         )
         self._finish(strategy, net, manager, step_var, last_metrics, step, rate, temp_dir)
 
@@ -397,7 +395,7 @@ class Worker:
         self,
         train_call: Any,
         manager: Any,
-        ckpt: Any,
+        temp_dir: str,
         step_var: Any,
         last_metrics: Any,
         start: int,
@@ -408,7 +406,6 @@ class Worker:
         import tensorflow as tf
 
         cfg = self.config
-        temp_dir = getattr(manager, "directory", "") if not self.is_chief else ""
         step = start
         epoch_sums = [0.0, 0.0, 0.0]
         t_first_done = 0.0
