@@ -202,6 +202,8 @@ def verdicts(figures: dict[str, Any]) -> list[Verdict]:
         )
     ]
     for run_ in figures.get("dead_peer", []):
+        if run_.get("signal", "SIGKILL") != "SIGKILL":
+            continue  # a frozen peer has no target of its own: it is reported, not judged
         latency = run_.get("all_exited_s")
         codes = run_.get("survivor_exit_codes", [])
         ok_codes = bool(codes) and all(c == EXIT_PEER_LOST for c in codes)
@@ -375,11 +377,15 @@ def run_local(cfg: BenchConfig, workers: int, extra: Sequence[str] = ()) -> dict
     }
 
 
-def dead_peer(cfg: BenchConfig, workers: int, victim: int) -> dict[str, Any]:
-    """``kill -9`` worker ``victim`` once every worker trains; time until all survivors exit.
+def dead_peer(
+    cfg: BenchConfig, workers: int, victim: int, sig: signal.Signals = signal.SIGKILL
+) -> dict[str, Any]:
+    """Send ``sig`` to worker ``victim`` once every worker trains; time until all survivors exit.
 
-    The workers get exactly the launcher's environment (``trainer.local.LocalCluster``) and its
-    thread setting; training is long enough that nobody finishes before the kill.
+    ``SIGKILL`` is a dead peer (its connections are refused at once); ``SIGSTOP`` is a frozen one
+    (a hung node or a partition: nothing is refused, only the coordination-service heartbeat can
+    tell). The workers get exactly the launcher's environment (``trainer.local.LocalCluster``)
+    and its thread setting; training is long enough that nobody finishes before the signal.
     """
     from trainer.local import LocalCluster
 
@@ -405,7 +411,7 @@ def dead_peer(cfg: BenchConfig, workers: int, victim: int) -> dict[str, Any]:
                 time.sleep(0.02)
             survivors = [wp for wp in procs if wp.index != victim]
             t_kill = time.time()
-            procs[victim].proc.send_signal(signal.SIGKILL)
+            procs[victim].proc.send_signal(sig)
             exited: dict[int, float] = {}
             while len(exited) < len(survivors) and time.time() - t_kill < 60:
                 for wp in survivors:
@@ -418,6 +424,8 @@ def dead_peer(cfg: BenchConfig, workers: int, victim: int) -> dict[str, Any]:
     return {
         "workers": workers,
         "victim": victim,
+        "signal": sig.name,
+        "heartbeat_timeout_s": Config.heartbeat_timeout,
         "survivor_exit_s": {str(i): round(s, 3) for i, s in sorted(exited.items())},
         "all_exited_s": round(max(exited.values()), 3) if len(exited) == len(survivors) else None,
         "survivor_exit_codes": [wp.proc.returncode for wp in survivors if wp.index in exited],
@@ -468,10 +476,11 @@ def run(cfg: BenchConfig, dead_peer_runs: bool = True) -> dict[str, Any]:
     figures["trainer"] = {k: r for k in ("1w", "2w") if (r := best_run(samples[k])) is not None}
     figures["dead_peer"] = []
     if dead_peer_runs:
-        victims = [1] + ([0] if cfg.kill_chief else [])
-        for victim in victims:
-            name = f"dead peer, kill -9 worker {victim}"
-            result = _attempt(errors, name, dead_peer, cfg, cfg.dead_peer_workers, victim)
+        runs = [(1, signal.SIGKILL)] + ([(0, signal.SIGKILL)] if cfg.kill_chief else [])
+        runs.append((1, signal.SIGSTOP))
+        for victim, sig in runs:
+            name = f"dead peer, {sig.name} to worker {victim}"
+            result = _attempt(errors, name, dead_peer, cfg, cfg.dead_peer_workers, victim, sig)
             if result is not None:
                 figures["dead_peer"].append(result)
     figures["machine"]["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
@@ -587,12 +596,20 @@ def report(figures: dict[str, Any]) -> str:
     )
     if figures.get("dead_peer"):
         lines.append("")
-        lines.append("dead peer (kill -9, then time until each survivor process has exited)")
+        lines.append("dead peer (signal one worker, then time until each survivor has exited)")
         for d in figures["dead_peer"]:
+            how = {"SIGKILL": "kill -9", "SIGSTOP": "freeze (SIGSTOP)"}.get(
+                d.get("signal", "SIGKILL"), d.get("signal")
+            )
+            note = (
+                f", heartbeat timeout {d['heartbeat_timeout_s']:g} s"
+                if d.get("signal") == "SIGSTOP"
+                else ""
+            )
             lines.append(
-                f"  kill worker {d['victim']} of {d['workers']}: survivors exited after "
+                f"  {how} worker {d['victim']} of {d['workers']}: survivors exited after "
                 f"{d['survivor_exit_s']} s, exit codes {d['survivor_exit_codes']} "
-                f"(expected {EXIT_PEER_LOST})"
+                f"(expected {EXIT_PEER_LOST}{note})"
             )
     lines.append("")
     lines.append("targets")

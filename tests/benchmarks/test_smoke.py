@@ -188,6 +188,21 @@ def _figures(keras: float, one: float, dead: list[dict]) -> dict:
             [{"workers": 2, "victim": 1, "all_exited_s": None, "survivor_exit_codes": []}],
             ["PASS", "N/A"],
         ),
+        (
+            # A frozen peer is reported, never judged against the dead-peer target.
+            1000.0,
+            1000.0,
+            [
+                {
+                    "workers": 2,
+                    "victim": 1,
+                    "signal": "SIGSTOP",
+                    "all_exited_s": TARGET_DEAD_PEER_S + 3.0,
+                    "survivor_exit_codes": [EXIT_PEER_LOST],
+                }
+            ],
+            ["PASS"],
+        ),
     ],
 )
 def test_verdicts_against_targets(keras, one, dead, labels):
