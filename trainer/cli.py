@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from trainer.errors import EXIT_OK, EXIT_USAGE, TrainerError
 
 COLLECTIVES = ("auto", "ring", "nccl")
 ON_DONE = ("idle", "exit")
+T = TypeVar("T", int, float)
 
 
 @dataclass(frozen=True)
@@ -42,44 +44,25 @@ class Config:
     replicas_poll: float = 30.0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}")
-    return value
+def _bounded(cast: Callable[[str], T], rule: str, ok: Callable[[T], bool]) -> Callable[[str], T]:
+    """An argparse ``type``: ``cast`` the text, then require ``ok``; the error states ``rule``."""
+
+    def parse(text: str) -> T:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {rule}; got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}; got {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0; got {text!r}") from None
-    if not 0 < value < 86_400:
-        raise argparse.ArgumentTypeError(f"must be seconds in (0, 86400); got {text!r}")
-    return value
-
-
-def _learning_rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 10]; got {text!r}") from None
-    if not 0 < value <= 10:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 10]; got {text!r}")
-    return value
+_positive_int = _bounded(int, "an integer >= 1", lambda v: v >= 1)
+_non_negative_int = _bounded(int, "an integer >= 0", lambda v: v >= 0)
+_positive_seconds = _bounded(float, "a number of seconds in (0, 86400)", lambda v: 0 < v < 86_400)
+_learning_rate = _bounded(float, "a number in (0, 10]", lambda v: 0 < v <= 10)
 
 
 def _model_spec(text: str) -> str:

@@ -57,8 +57,14 @@ def test_pod_flags_parse():
         (["--epochs", "0"], r"--epochs: must be an integer >= 1; got '0'"),
         (["--batch-size", "x"], r"--batch-size: must be an integer >= 1; got 'x'"),
         (["--collective", "mpi"], r"--collective: invalid choice: 'mpi'"),
-        (["--collective-timeout", "-1"], r"--collective-timeout: must be seconds in"),
-        (["--heartbeat-timeout", "soon"], r"--heartbeat-timeout: must be a number of seconds"),
+        (
+            ["--collective-timeout", "-1"],
+            r"--collective-timeout: must be a number of seconds in \(0, 86400\); got '-1'",
+        ),
+        (
+            ["--heartbeat-timeout", "soon"],
+            r"--heartbeat-timeout: must be a number of seconds in \(0, 86400\); got 'soon'",
+        ),
         (["--model", "nomodule"], r"--model: must be 'module:function'; got 'nomodule'"),
         (["--on-done", "sleep"], r"--on-done: invalid choice"),
         (["--learning-rate", "0"], r"--learning-rate: must be a number in \(0, 10\]"),
