@@ -33,7 +33,6 @@ PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
 DISABLE_DEFAULT_PROVIDERS = "pulumi:disable-default-providers"
 
 CLUSTER_KINDS = ("minikube", "cloud")
-COLLECTIVES = ("auto", "ring", "nccl")
 RETENTION_POLICIES = ("Retain", "Delete")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 CHECKPOINT_URI_SCHEMES = ("gs://", "s3://")
@@ -43,8 +42,6 @@ MINIKUBE_CONTEXT = "minikube"
 SECRET_KEYS = frozenset({"kubeconfig", "imageRegistryPassword", "grafanaAdminPassword"})
 """Keys whose non-empty value must have been set with ``pulumi config set --secret``."""
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # Kubernetes label key: optional DNS-subdomain prefix + "/" + name of [A-Za-z0-9._-] (<= 63).
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
@@ -433,7 +430,7 @@ def _parse_toleration(reader: _Reader, key: str, text: str) -> Toleration | None
 
 def _label_key_ok(key: str) -> bool:
     prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if slash and (not prefix or len(prefix) > 253 or not contract.DNS_SUBDOMAIN.match(prefix)):
         return False
     return bool(name) and bool(_LABEL_NAME.match(name))
 
@@ -478,10 +475,10 @@ def parse_config(
     """
     r = _Reader(raw)
 
-    app_name = r.string("appName", _DNS_LABEL, "must be a lowercase DNS label")
+    app_name = r.string("appName", contract.DNS_LABEL, "must be a lowercase DNS label")
     if len(app_name) > 40:
         r.fail("appName", "must be at most 40 characters (pod names append suffixes)", app_name)
-    namespace = r.string("namespace", _DNS_LABEL, "must be a lowercase DNS label (<= 63)")
+    namespace = r.string("namespace", contract.DNS_LABEL, "must be a lowercase DNS label (<= 63)")
     if len(namespace) > 63:
         r.fail("namespace", "must be at most 63 characters", namespace)
 
@@ -499,7 +496,7 @@ def parse_config(
         )
     if kind == "minikube" and context is None and not has_kubeconfig:
         context = MINIKUBE_CONTEXT
-    domain = r.string("clusterDomain", _DNS_SUBDOMAIN, "must be a lowercase DNS domain")
+    domain = r.string("clusterDomain", contract.DNS_SUBDOMAIN, "must be a lowercase DNS domain")
     cidrs = r.string_list("apiServerCidrs")
     for cidr in cidrs:
         try:
@@ -550,7 +547,9 @@ def parse_config(
 
     # Storage.
     storage_class = r.string(
-        "checkpointStorageClass", _DNS_SUBDOMAIN, "must be a StorageClass name (DNS subdomain)"
+        "checkpointStorageClass",
+        contract.DNS_SUBDOMAIN,
+        "must be a StorageClass name (DNS subdomain)",
     )
     size, size_v = r.quantity("checkpointSize", "storage")
     if size_v and size_v != size_v.to_integral_value():
@@ -576,7 +575,7 @@ def parse_config(
             "the network; the namespace denies all other egress)",
             [],
         )
-    collective = r.choice("collective", COLLECTIVES)
+    collective = r.choice("collective", contract.COLLECTIVES)
     if collective == "nccl" and gpus == 0:
         r.fail("collective", "'nccl' needs gpusPerWorker >= 1", collective)
     collective_timeout = r.integer("collectiveTimeoutSeconds", 1, 86_399)
@@ -619,7 +618,7 @@ def parse_config(
 
     # Monitoring.
     mon_on = r.boolean("monitoringEnabled")
-    mon_ns = r.string("monitoringNamespace", _DNS_LABEL, "must be a lowercase DNS label")
+    mon_ns = r.string("monitoringNamespace", contract.DNS_LABEL, "must be a lowercase DNS label")
     if mon_on and mon_ns == namespace:
         r.fail("monitoringNamespace", f"must differ from namespace ({namespace})", mon_ns)
     chart_version = r.string(

@@ -36,6 +36,7 @@ from infra import alerts
 from infra.component import Component
 from infra.config import ConfigError
 from infra.dashboards import trainer as trainer_dashboard
+from trainer import contract
 from trainer.contract import METRICS_PATH, METRICS_PORT_NAME
 
 CHART_NAME = "kube-prometheus-stack"
@@ -76,7 +77,6 @@ RELEASE_TIMEOUT_S = 900
 POD_SECURITY_LEVEL = "baseline"
 POD_SECURITY_AUDIT_LEVEL = "restricted"
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 
 
@@ -105,7 +105,7 @@ class MonitoringArgs:
     labels: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if len(self.namespace) > 63 or not _DNS_LABEL.match(self.namespace):
+        if len(self.namespace) > 63 or not contract.DNS_LABEL.match(self.namespace):
             raise ConfigError(
                 [
                     f"monitoringNamespace: must be a lowercase RFC 1123 label of at most 63 "
@@ -128,7 +128,7 @@ class MonitoringArgs:
                     f"value; got {self.worker_selector!r}"
                 ]
             )
-        if isinstance(self.training_namespace, str) and not _DNS_LABEL.match(
+        if isinstance(self.training_namespace, str) and not contract.DNS_LABEL.match(
             self.training_namespace
         ):
             raise ConfigError(

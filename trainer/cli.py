@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from trainer.contract import COLLECTIVES
 from trainer.errors import EXIT_OK, EXIT_USAGE, TrainerError
 
-COLLECTIVES = ("auto", "ring", "nccl")
 ON_DONE = ("idle", "exit")
 T = TypeVar("T", int, float)
 

@@ -76,8 +76,13 @@ ENTRYPOINT: tuple[str, ...] = ("python", "-m", "trainer")
 """The trainer image's entrypoint. The Dockerfile's ENTRYPOINT must equal this (a test parses
 it); the StatefulSet sets only ``args`` so the image stays the one definition."""
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+COLLECTIVES: tuple[str, ...] = ("auto", "ring", "nccl")
+"""Values of the trainer's ``--collective`` flag (the stack config's ``collective`` key)."""
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+"""RFC 1123 label: names of StatefulSets, Services and namespaces."""
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+"""RFC 1123 subdomain: cluster domains, StorageClass names."""
 
 
 @dataclass(frozen=True)
@@ -253,7 +258,7 @@ def cluster_spec_from_env(env: Mapping[str, str], replicas: int | None = None) -
     if explicit:
         return _parse_explicit_tf_config(explicit)
 
-    statefulset = _dns_name(env, ENV_STATEFULSET, _DNS_LABEL)
+    statefulset = _dns_name(env, ENV_STATEFULSET, DNS_LABEL)
     pod_name = _require(env, ENV_POD_NAME)
     ordinal = ordinal_from_pod_name(pod_name, statefulset)
     if replicas is None:
@@ -274,9 +279,9 @@ def cluster_spec_from_env(env: Mapping[str, str], replicas: int | None = None) -
         workers = worker_addresses(
             statefulset,
             replicas,
-            _dns_name(env, ENV_SERVICE, _DNS_LABEL),
-            _dns_name(env, ENV_NAMESPACE, _DNS_LABEL),
-            _dns_name(env, ENV_CLUSTER_DOMAIN, _DNS_SUBDOMAIN, DEFAULT_CLUSTER_DOMAIN),
+            _dns_name(env, ENV_SERVICE, DNS_LABEL),
+            _dns_name(env, ENV_NAMESPACE, DNS_LABEL),
+            _dns_name(env, ENV_CLUSTER_DOMAIN, DNS_SUBDOMAIN, DEFAULT_CLUSTER_DOMAIN),
             port,
         )
     return ClusterSpec(task_index=ordinal, workers=workers)
