@@ -47,6 +47,13 @@ _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 _RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 _TOKEN = re.compile(r"^[A-Za-z0-9_.:/*?\[\]-]+$")
+# Docker reference grammar, simplified: a repository is lowercase path components; a registry
+# is a host with an optional port and path.
+_IMAGE_REPOSITORY = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+_IMAGE_REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_IMAGE_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+_CHART_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 # Kubernetes resource.Quantity: a signed decimal number and an optional suffix.
 _QUANTITY = re.compile(
     r"^(?P<num>\+?(\d+(\.\d*)?|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
@@ -175,8 +182,9 @@ class StorageConfig:
         storage_class: StorageClass of the claim (must support ReadWriteMany).
         size: claim size, a Kubernetes quantity of bytes (e.g. ``10Gi``).
         uri: ``gs://`` or ``s3://`` checkpoint location; ``None`` = the shared claim.
-        retention: ``Retain`` keeps the claim (and its checkpoints) on ``pulumi destroy`` and
-            StatefulSet deletion/scale-down; ``Delete`` removes it.
+        retention: ``Retain`` keeps the claim (and its checkpoints) and its namespace on
+            ``pulumi destroy``; ``Delete`` lets ``pulumi destroy`` delete them (and the
+            StorageClass's reclaim policy then decides the volume's fate).
     """
 
     storage_class: str
@@ -286,6 +294,15 @@ class StackConfig:
         return f"{self.app_name}-checkpoints"
 
     @property
+    def retains_checkpoint_claim(self) -> bool:
+        """``pulumi destroy`` keeps the checkpoint claim and the namespace that holds it.
+
+        True with ``checkpointRetention: Retain`` and a claim (no ``checkpointUri``): deleting
+        the namespace would delete the claim, so both are ``retain_on_delete``.
+        """
+        return self.storage.uri is None and self.storage.retention == "Retain"
+
+    @property
     def replicas_source(self) -> str:
         """``api`` when an autoscaler may change the replicas under the pods, else ``env``."""
         return "api" if self.autoscaling.enabled else "env"
@@ -358,32 +375,37 @@ class _Reader:
             self.fail(key, "must be a boolean (true or false)", value)
         return False
 
-    def string_list(self, key: str) -> tuple[str, ...]:
+    def dns_label(self, key: str) -> str:
+        """A lowercase RFC 1123 label of at most 63 characters (namespace names)."""
+        text = self.string(key, contract.DNS_LABEL, "must be a lowercase DNS label (<= 63)")
+        if len(text) > 63:
+            self.fail(key, "must be at most 63 characters", text)
+        return text
+
+    def _array(self, key: str) -> tuple[Any, Any]:
+        """``(raw value, parsed items)``; items are ``None`` when the value is no JSON array
+        (the CLI hands arrays to the program as JSON text; tests may pass lists)."""
         value = self._get(key)
+        if not isinstance(value, str):
+            return value, value
+        try:
+            return value, json.loads(value) if value.strip() else []
+        except ValueError:
+            return value, None
+
+    def string_list(self, key: str) -> tuple[str, ...]:
+        value, items = self._array(key)
         if value is None:
             return ()
-        items: Any = value
-        if isinstance(value, str):
-            try:
-                items = json.loads(value) if value.strip() else []
-            except ValueError:
-                self.fail(key, "must be an array of strings (JSON when given as text)", value)
-                return ()
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-            self.fail(key, "must be an array of strings", value)
+            self.fail(key, "must be an array of strings (JSON when given as text)", value)
             return ()
         return tuple(items)
 
     def int_list(self, key: str, lo: int, hi: int) -> tuple[int, ...]:
-        value = self._get(key)
+        value, items = self._array(key)
         if value is None:
             return ()
-        items: Any = value
-        if isinstance(value, str):
-            try:
-                items = json.loads(value) if value.strip() else []
-            except ValueError:
-                items = None
         ok = isinstance(items, list) and all(
             isinstance(i, int) and not isinstance(i, bool) and lo <= i <= hi for i in items
         )
@@ -391,6 +413,16 @@ class _Reader:
             self.fail(key, f"must be an array of integers in [{lo}, {hi}]", value)
             return ()
         return tuple(items)
+
+    def cidr_list(self, key: str, example: str) -> tuple[str, ...]:
+        """An array of CIDRs (host bits zero), e.g. ``example``."""
+        cidrs = self.string_list(key)
+        for cidr in cidrs:
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError:
+                self.fail(key, f"each entry must be a CIDR such as {example!r}", cidr)
+        return cidrs
 
     def quantity(self, key: str, what: str) -> tuple[str, Decimal]:
         text = self.string(key)
@@ -437,13 +469,17 @@ def _label_key_ok(key: str) -> bool:
 
 def _check_secrets(
     reader: _Reader, secret_keys: Collection[str], secrets: Mapping[str, pulumi.Output[str]]
-) -> dict[str, pulumi.Output[str] | None]:
+) -> tuple[dict[str, pulumi.Output[str] | None], frozenset[str]]:
+    """The secret values by short key, and which secret keys have a non-empty value."""
     out: dict[str, pulumi.Output[str] | None] = {}
+    set_keys: set[str] = set()
     for key in sorted(SECRET_KEYS):
         value = reader._get(key)
         if value in ("", None):
             out[key] = None
-        elif f"{PROJECT}:{key}" not in secret_keys:
+            continue
+        set_keys.add(key)
+        if f"{PROJECT}:{key}" not in secret_keys:
             # Never echo the value: it was meant to be secret.
             reader.problems.append(
                 f"{PROJECT}:{key}: must be set with 'pulumi config set --secret {key}' "
@@ -452,7 +488,53 @@ def _check_secrets(
             out[key] = None
         else:
             out[key] = secrets.get(key)
-    return out
+    return out, frozenset(set_keys)
+
+
+def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
+    """Every rule the image settings break, one ``<key>: <rule>; got <value>`` line each.
+
+    The one definition of the image rules: :func:`parse_config` merges these into its problems
+    (so they stop a run before any resource exists) and :func:`infra.image.image_args` refuses
+    the same when called directly.
+
+    Args:
+        cfg: the image settings.
+        push: the image is pushed to ``cfg.registry`` (``clusterKind: cloud``): a registry is
+            then required, and a registry user and password go together.
+    """
+    problems: list[str] = []
+
+    def check(key: str, value: str | None, pattern: re.Pattern[str], rule: str) -> None:
+        if value is None or not pattern.match(value):
+            problems.append(f"{PROJECT}:{key}: must be {rule}; got {value!r}")
+
+    check(
+        "imageRepository", cfg.repository, _IMAGE_REPOSITORY, "a lowercase Docker repository path"
+    )
+    check("imageTag", cfg.tag, _IMAGE_TAG, "a Docker tag ([A-Za-z0-9_.-], at most 128)")
+    if cfg.tag == "latest":
+        problems.append(f"{PROJECT}:imageTag: must be a fixed version, not 'latest'; got 'latest'")
+    check("imagePlatform", cfg.platform, _IMAGE_PLATFORM, "'os/arch[/variant]', e.g. linux/arm64")
+    if not push:
+        return problems
+    if not cfg.registry:
+        problems.append(
+            f"{PROJECT}:imageRegistry: required when clusterKind is 'cloud' (images are pushed); "
+            f"got {cfg.registry or ''!r}"
+        )
+    else:
+        check("imageRegistry", cfg.registry, _IMAGE_REGISTRY, "a registry 'host[:port][/path]'")
+    has_user = bool(cfg.registry_username)
+    has_password = cfg.registry_password is not None
+    if has_user != has_password:
+        problems.append(
+            f"{PROJECT}:imageRegistryUsername/imageRegistryPassword: set both, or neither "
+            "to use the host's `docker login`; got "
+            f"username {'set' if has_user else 'unset'}, "
+            f"password {'set' if has_password else 'unset'}"
+        )
+    return problems
 
 
 def parse_config(
@@ -478,15 +560,13 @@ def parse_config(
     app_name = r.string("appName", contract.DNS_LABEL, "must be a lowercase DNS label")
     if len(app_name) > 40:
         r.fail("appName", "must be at most 40 characters (pod names append suffixes)", app_name)
-    namespace = r.string("namespace", contract.DNS_LABEL, "must be a lowercase DNS label (<= 63)")
-    if len(namespace) > 63:
-        r.fail("namespace", "must be at most 63 characters", namespace)
+    namespace = r.dns_label("namespace")
 
     # Cluster.
     kind = r.choice("clusterKind", CLUSTER_KINDS)
     context = r.string("kubeContext", empty=True) or None
-    secret_values = _check_secrets(r, secret_keys, secrets or {})
-    has_kubeconfig = raw.get(f"{PROJECT}:kubeconfig", "") not in ("", None)
+    secret_values, secrets_set = _check_secrets(r, secret_keys, secrets or {})
+    has_kubeconfig = "kubeconfig" in secrets_set
     if kind == "cloud" and context is None and not has_kubeconfig:
         r.fail(
             "kubeContext",
@@ -497,19 +577,9 @@ def parse_config(
     if kind == "minikube" and context is None and not has_kubeconfig:
         context = MINIKUBE_CONTEXT
     domain = r.string("clusterDomain", contract.DNS_SUBDOMAIN, "must be a lowercase DNS domain")
-    cidrs = r.string_list("apiServerCidrs")
-    for cidr in cidrs:
-        try:
-            ipaddress.ip_network(cidr, strict=True)
-        except ValueError:
-            r.fail("apiServerCidrs", "each entry must be a CIDR such as '10.0.0.1/32'", cidr)
+    cidrs = r.cidr_list("apiServerCidrs", "10.0.0.1/32")
     api_ports = r.int_list("apiServerPorts", 1, 65535)
-    egress_cidrs = r.string_list("egressHttpsCidrs")
-    for cidr in egress_cidrs:
-        try:
-            ipaddress.ip_network(cidr, strict=True)
-        except ValueError:
-            r.fail("egressHttpsCidrs", "each entry must be a CIDR such as '0.0.0.0/0'", cidr)
+    egress_cidrs = r.cidr_list("egressHttpsCidrs", "0.0.0.0/0")
 
     # Workers.
     replicas = r.integer("replicas", 1, 1000)
@@ -618,28 +688,27 @@ def parse_config(
 
     # Monitoring.
     mon_on = r.boolean("monitoringEnabled")
-    mon_ns = r.string("monitoringNamespace", contract.DNS_LABEL, "must be a lowercase DNS label")
+    mon_ns = r.dns_label("monitoringNamespace")
     if mon_on and mon_ns == namespace:
         r.fail("monitoringNamespace", f"must differ from namespace ({namespace})", mon_ns)
     chart_version = r.string(
         "monitoringChartVersion",
-        re.compile(r"^\d+\.\d+\.\d+$"),
+        _CHART_VERSION,
         "must be an exact chart version 'MAJOR.MINOR.PATCH'",
     )
 
-    # Image (infra/image.py validates the syntax of these; the rules that need other keys or
-    # must hold before any resource exists are checked here).
-    repository = r.string("imageRepository")
-    tag = r.string("imageTag")
-    if tag == "latest":
-        r.fail("imageTag", "must be a fixed version, not 'latest'", tag)
-    registry = r.string("imageRegistry", empty=True) or None
-    if kind == "cloud" and registry is None:
-        r.fail("imageRegistry", "required when clusterKind is 'cloud' (images are pushed)", "")
-    registry_username = r.string("imageRegistryUsername", empty=True) or None
-    docker_host = r.string("dockerHost", empty=True) or None
-    docker_cert_path = r.string("dockerCertPath", empty=True) or None
-    platform = r.string("imagePlatform")
+    # Image: read here, judged by image_problems (shared with infra/image.py).
+    image = ImageConfig(
+        repository=r.string("imageRepository", empty=True),
+        tag=r.string("imageTag", empty=True),
+        registry=r.string("imageRegistry", empty=True) or None,
+        registry_username=r.string("imageRegistryUsername", empty=True) or None,
+        registry_password=secret_values["imageRegistryPassword"],
+        docker_host=r.string("dockerHost", empty=True) or None,
+        docker_cert_path=r.string("dockerCertPath", empty=True) or None,
+        platform=r.string("imagePlatform", empty=True),
+    )
+    r.problems += image_problems(image, push=kind == "cloud")
 
     # Default providers: nothing may land on whatever cluster the shell points at.
     disabled = raw.get(DISABLE_DEFAULT_PROVIDERS)
@@ -715,16 +784,7 @@ def parse_config(
             chart_version=chart_version,
             grafana_admin_password=secret_values["grafanaAdminPassword"],
         ),
-        image=ImageConfig(
-            repository=repository,
-            tag=tag,
-            registry=registry,
-            registry_username=registry_username,
-            registry_password=secret_values["imageRegistryPassword"],
-            docker_host=docker_host,
-            docker_cert_path=docker_cert_path,
-            platform=platform,
-        ),
+        image=image,
     )
 
 

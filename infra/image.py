@@ -32,7 +32,7 @@ import pulumi_docker as docker
 from pulumi.runtime.rpc import unwrap_rpc_secret
 
 from infra.component import Component
-from infra.config import CLUSTER_KINDS, PROJECT, ConfigError, ImageConfig
+from infra.config import CLUSTER_KINDS, PROJECT, ConfigError, ImageConfig, image_problems
 
 COMPONENT_TYPE = "tfd:infra:TrainerImage"
 
@@ -56,12 +56,6 @@ PULL_NEVER = "Never"
 PULL_ALWAYS = "Always"
 
 _DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+)@sha256:(?P<hex>[0-9a-f]{64})$")
-_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
-# Docker reference grammar, simplified: a repository is lowercase path components; a registry
-# is a host with an optional port and path.
-_REPOSITORY = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
-_REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
 class ImageError(RuntimeError):
@@ -131,59 +125,32 @@ def image_args(cfg: ImageConfig, *, gpu: bool, cluster_kind: str) -> TrainerImag
             ``Never``) or ``cloud`` (push to ``cfg.registry``, pull by digest).
 
     Raises:
-        ConfigError: one line per problem (unknown cluster kind; ``latest`` or malformed
-            tag, repository or platform; no registry for a cloud stack; a registry user without
-            a password or the reverse), each naming the config key, the rule and the value.
+        ConfigError: one line per problem (unknown cluster kind, and every rule of
+            :func:`infra.config.image_problems`), each naming the config key, the rule and the
+            value. :func:`infra.config.parse_config` applies the same rules, so a stack run
+            stops there, before any resource exists.
     """
     problems: list[str] = []
-
-    def check(key: str, value: str | None, pattern: re.Pattern[str], rule: str) -> str:
-        if value is None or not pattern.match(value):
-            problems.append(f"{PROJECT}:{key}: must be {rule}; got {value!r}")
-        return value or ""
-
     if cluster_kind not in CLUSTER_KINDS:
         problems.append(
             f"{PROJECT}:clusterKind: must be one of {', '.join(CLUSTER_KINDS)}; "
             f"got {cluster_kind!r}"
         )
-    repository = check(
-        "imageRepository", cfg.repository, _REPOSITORY, "a lowercase Docker repository path"
-    )
-    tag = check("imageTag", cfg.tag, _TAG, "a Docker tag ([A-Za-z0-9_.-], at most 128)")
-    if tag == "latest":
-        problems.append(f"{PROJECT}:imageTag: must be a fixed version, not 'latest'; got 'latest'")
-    platform = check("imagePlatform", cfg.platform, _PLATFORM, "'os/arch[/variant]'")
     push = cluster_kind == "cloud"
-    registry = None
-    if push:
-        registry = check(
-            "imageRegistry",
-            cfg.registry,
-            _REGISTRY,
-            "a registry 'host[:port][/path]' when clusterKind is 'cloud'",
-        )
-        has_user = bool(cfg.registry_username)
-        has_password = cfg.registry_password is not None
-        if has_user != has_password:
-            problems.append(
-                f"{PROJECT}:imageRegistryUsername/imageRegistryPassword: set both, or neither "
-                "to use the host's `docker login`; got "
-                f"username {'set' if has_user else 'unset'}, "
-                f"password {'set' if has_password else 'unset'}"
-            )
+    problems += image_problems(cfg, push=push)
     if problems:
         raise ConfigError(problems)
 
+    name = f"{cfg.repository}:{cfg.tag}"
     return TrainerImageArgs(
-        image_name=f"{registry}/{repository}:{tag}" if push else f"{repository}:{tag}",
+        image_name=f"{cfg.registry}/{name}" if push else name,
         context=_relative(REPO_ROOT),
         dockerfile=_relative(DOCKERFILE),
         build_args=variant_build_args(gpu),
-        platform=platform,
+        platform=cfg.platform,
         push=push,
         pull_policy=PULL_ALWAYS if push else PULL_NEVER,
-        registry_server=registry,
+        registry_server=cfg.registry if push else None,
         registry_username=(cfg.registry_username or None) if push else None,
         registry_password=(
             pulumi.Output.secret(cfg.registry_password)

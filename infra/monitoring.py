@@ -24,7 +24,6 @@ Pure builders (:func:`helm_values`, :func:`pod_monitor_spec`, :func:`namespace_l
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,9 +33,7 @@ import pulumi_kubernetes as k8s
 
 from infra import alerts
 from infra.component import Component
-from infra.config import ConfigError
 from infra.dashboards import trainer as trainer_dashboard
-from trainer import contract
 from trainer.contract import METRICS_PATH, METRICS_PORT_NAME
 
 CHART_NAME = "kube-prometheus-stack"
@@ -77,12 +74,11 @@ RELEASE_TIMEOUT_S = 900
 POD_SECURITY_LEVEL = "baseline"
 POD_SECURITY_AUDIT_LEVEL = "restricted"
 
-_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
-
 
 @dataclass(frozen=True)
 class MonitoringArgs:
-    """Inputs of :class:`Monitoring`.
+    """Inputs of :class:`Monitoring`, built by :func:`infra.stack.build_stack` from a config
+    that :func:`infra.config.parse_config` has already validated (no second check here).
 
     Attributes:
         namespace: monitoring namespace to create (RFC 1123 label, at most 63 chars), e.g.
@@ -103,40 +99,6 @@ class MonitoringArgs:
     training_namespace: pulumi.Input[str]
     worker_selector: dict[str, str]
     labels: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if len(self.namespace) > 63 or not contract.DNS_LABEL.match(self.namespace):
-            raise ConfigError(
-                [
-                    f"monitoringNamespace: must be a lowercase RFC 1123 label of at most 63 "
-                    f"characters; got {self.namespace!r}"
-                ]
-            )
-        if not _SEMVER.match(self.chart_version):
-            raise ConfigError(
-                [
-                    f"monitoringChartVersion: must be an exact chart version MAJOR.MINOR.PATCH "
-                    f"(e.g. {DEFAULT_CHART_VERSION!r}); got {self.chart_version!r}"
-                ]
-            )
-        if not self.worker_selector or not all(
-            isinstance(k, str) and k and isinstance(v, str) for k, v in self.worker_selector.items()
-        ):
-            raise ConfigError(
-                [
-                    "MonitoringArgs.worker_selector: must be a non-empty mapping of label name to "
-                    f"value; got {self.worker_selector!r}"
-                ]
-            )
-        if isinstance(self.training_namespace, str) and not contract.DNS_LABEL.match(
-            self.training_namespace
-        ):
-            raise ConfigError(
-                [
-                    "MonitoringArgs.training_namespace: must be a lowercase RFC 1123 label; "
-                    f"got {self.training_namespace!r}"
-                ]
-            )
 
 
 def namespace_labels(labels: Mapping[str, str]) -> dict[str, str]:

@@ -54,23 +54,18 @@ def role_rules(cfg: StackConfig) -> list[dict]:
 
 
 def role_manifest(cfg: StackConfig) -> dict | None:
+    """The workers' Role, or ``None`` when the trainer calls no API (autoscaling off)."""
     rules = role_rules(cfg)
     if not rules:
         return None
     return {"metadata": metadata(cfg, f"{cfg.app_name}-read-statefulset", "worker"), "rules": rules}
 
 
-def role_binding_manifest(cfg: StackConfig) -> dict | None:
-    role = role_manifest(cfg)
-    if role is None:
-        return None
+def role_binding_manifest(cfg: StackConfig, role_name: str) -> dict:
+    """Binds the Role named ``role_name`` to the workers' ServiceAccount (same name)."""
     return {
-        "metadata": metadata(cfg, f"{cfg.app_name}-read-statefulset", "worker"),
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": role["metadata"]["name"],
-        },
+        "metadata": metadata(cfg, role_name, "worker"),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
         "subjects": [
             {"kind": "ServiceAccount", "name": cfg.service_account_name, "namespace": cfg.namespace}
         ],
@@ -85,6 +80,10 @@ class TrainingNamespaceArgs:
 class TrainingNamespace(Component):
     """Namespace, ServiceAccount and (with autoscaling) Role + RoleBinding.
 
+    With a retained checkpoint claim (:attr:`infra.config.StackConfig.retains_checkpoint_claim`)
+    the Namespace is ``retain_on_delete`` as well: deleting a namespace deletes every object in
+    it, so ``pulumi destroy`` would otherwise delete the claim it was told to keep.
+
     Attributes:
         namespace_name: the namespace, as an output of the Namespace (children depend on it).
         service_account_name: the workers' ServiceAccount name.
@@ -98,21 +97,23 @@ class TrainingNamespace(Component):
     ) -> None:
         super().__init__(COMPONENT_TYPE, name, opts)
         cfg = args.cfg
-        child = self.child_opts()
-        ns = kubernetes.core.v1.Namespace(name, **kwargs(namespace_manifest(cfg)), opts=child)
+        ns = kubernetes.core.v1.Namespace(
+            name,
+            **kwargs(namespace_manifest(cfg)),
+            opts=self.child_opts(retain_on_delete=cfg.retains_checkpoint_claim),
+        )
         in_ns = self.child_opts(depends_on=[ns])
         sa = kubernetes.core.v1.ServiceAccount(
             f"{name}-worker", **kwargs(service_account_manifest(cfg)), opts=in_ns
         )
         role = role_manifest(cfg)
-        binding = role_binding_manifest(cfg)
-        if role is not None and binding is not None:
+        if role is not None:
             created = kubernetes.rbac.v1.Role(
                 f"{name}-read-statefulset", **kwargs(role), opts=in_ns
             )
             kubernetes.rbac.v1.RoleBinding(
                 f"{name}-read-statefulset",
-                **kwargs(binding),
+                **kwargs(role_binding_manifest(cfg, role["metadata"]["name"])),
                 opts=self.child_opts(depends_on=[created, sa]),
             )
         self.namespace_name = ns.metadata.apply(lambda m: m.name)

@@ -1,7 +1,11 @@
 """NetworkPolicies of the training namespace: deny everything, then allow what training needs.
 
 * ``default-deny``: every pod of the namespace, no ingress, no egress.
-* ``workers-grpc``: workers reach each other on the gRPC port (both directions).
+* ``workers-grpc``: workers reach each other on the gRPC port (both directions). On GPU
+  stacks whose collective may be NCCL (``nccl``, or ``auto``, which picks NCCL on GPUs) it is
+  ``workers-nccl`` instead: worker-to-worker TCP on every port, because NCCL's bootstrap and
+  socket transport listen on ephemeral ports that no policy can name in advance. Still only
+  between worker pods, both directions.
 * ``dns``: every pod may query kube-dns (UDP and TCP 53) in ``kube-system``.
 * ``api-server`` (autoscaling only): workers reach the API server CIDRs/ports from config to
   read their StatefulSet's replica count.
@@ -33,22 +37,41 @@ def _policy(cfg: StackConfig, suffix: str, spec: dict) -> dict:
     return {"metadata": metadata(cfg, f"{cfg.app_name}-{suffix}", "network"), "spec": spec}
 
 
+def uses_nccl(cfg: StackConfig) -> bool:
+    """The collective may run on NCCL: GPU workers with ``collective`` ``nccl`` or ``auto``."""
+    return cfg.workers.gpus > 0 and cfg.training.collective != "ring"
+
+
+def peer_policy(cfg: StackConfig) -> dict:
+    """Worker-to-worker traffic, both directions, between worker pods only.
+
+    The gRPC port alone without NCCL. With NCCL every TCP port (a port entry without ``port``
+    matches all ports of its protocol): NCCL bootstraps and moves tensors between hosts over
+    sockets on ephemeral ports (``NCCL_SOCKET_IFNAME`` picks the interface, not the port).
+    """
+    workers = {"matchLabels": selector_labels(cfg)}
+    if uses_nccl(cfg):
+        suffix, ports = "workers-nccl", [{"protocol": "TCP"}]
+    else:
+        suffix, ports = "workers-grpc", [{"protocol": "TCP", "port": cfg.workers.grpc_port}]
+    return _policy(
+        cfg,
+        suffix,
+        {
+            "podSelector": workers,
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": workers}], "ports": ports}],
+            "egress": [{"to": [{"podSelector": workers}], "ports": ports}],
+        },
+    )
+
+
 def network_policy_manifests(cfg: StackConfig) -> list[dict]:
     """Every NetworkPolicy of the namespace (``metadata`` + ``spec``), deny-all first."""
     workers = {"matchLabels": selector_labels(cfg)}
-    grpc = [{"protocol": "TCP", "port": cfg.workers.grpc_port}]
     policies = [
         _policy(cfg, "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
-        _policy(
-            cfg,
-            "workers-grpc",
-            {
-                "podSelector": workers,
-                "policyTypes": ["Ingress", "Egress"],
-                "ingress": [{"from": [{"podSelector": workers}], "ports": grpc}],
-                "egress": [{"to": [{"podSelector": workers}], "ports": grpc}],
-            },
-        ),
+        peer_policy(cfg),
         _policy(
             cfg,
             "dns",

@@ -7,6 +7,7 @@ so a bad value never leaves a half-registered program behind.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pulumi
 
@@ -20,6 +21,20 @@ from infra.network import NetworkPolicies, NetworkPoliciesArgs
 from infra.workers import CONTAINER_NAME, Workers, WorkersArgs
 from trainer import contract
 
+if TYPE_CHECKING:
+    from infra.monitoring import Monitoring
+
+MONITORING_OUTPUTS = {
+    "monitoringNamespace": "namespace",
+    "grafanaService": "grafana_service",
+    "prometheusService": "prometheus_service",
+    "grafanaPortForward": "grafana_port_forward",
+    "prometheusPortForward": "prometheus_port_forward",
+    "grafanaAdminSecret": "grafana_admin_secret",
+}
+"""Stack output name -> :class:`infra.monitoring.Monitoring` attribute, exported only with
+monitoring enabled."""
+
 
 @dataclass(frozen=True)
 class StackOutputs:
@@ -32,6 +47,8 @@ class StackOutputs:
         worker_addresses: ``host:port`` of every worker at the configured replica count.
         logs_command: a ``kubectl`` command that follows every worker's log.
         image: the container image reference the workers run.
+        monitoring: the monitoring component (monitoring enabled), whose outputs are exported
+            under the names of :data:`MONITORING_OUTPUTS`; ``None`` exports none of them.
     """
 
     namespace: pulumi.Output[str]
@@ -40,6 +57,7 @@ class StackOutputs:
     worker_addresses: list[str]
     logs_command: str
     image: pulumi.Output[str]
+    monitoring: Monitoring | None = None
 
     def export(self) -> None:
         pulumi.export("namespace", self.namespace)
@@ -48,6 +66,9 @@ class StackOutputs:
         pulumi.export("workerAddresses", self.worker_addresses)
         pulumi.export("logsCommand", self.logs_command)
         pulumi.export("image", self.image)
+        if self.monitoring is not None:
+            for output, attribute in MONITORING_OUTPUTS.items():
+                pulumi.export(output, getattr(self.monitoring, attribute))
 
 
 def logs_command(cfg: StackConfig) -> str:
@@ -105,10 +126,11 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     )
     if cfg.autoscaling.enabled:
         Autoscaler("autoscaler", AutoscalerArgs(cfg, workers.statefulset), in_namespace)
+    monitoring = None
     if monitoring_args is not None:
         from infra.monitoring import Monitoring
 
-        Monitoring("monitoring", monitoring_args, in_namespace)
+        monitoring = Monitoring("monitoring", monitoring_args, in_namespace)
 
     return StackOutputs(
         namespace=namespace.namespace_name,
@@ -126,4 +148,5 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
         ),
         logs_command=logs_command(cfg),
         image=image.image_ref,
+        monitoring=monitoring,
     )

@@ -284,6 +284,9 @@ def statefulset_manifest(
             "replicas": w.replicas,
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector_labels(cfg)},
+            # Governs only claims made from volumeClaimTemplates, and this StatefulSet has
+            # none (one shared claim, kept by retain_on_delete): set to the configured policy
+            # so that a per-pod template added later inherits it, not to protect the claim.
             "persistentVolumeClaimRetentionPolicy": {
                 "whenDeleted": retention,
                 "whenScaled": retention,
@@ -350,8 +353,9 @@ class Workers(Component):
                 f"{name}-checkpoints",
                 **kwargs(claim_manifest),
                 opts=self.child_opts(
-                    # Checkpoints outlive `pulumi destroy` unless the stack says Delete.
-                    retain_on_delete=cfg.storage.retention == "Retain",
+                    # Checkpoints outlive `pulumi destroy` unless the stack says Delete (the
+                    # namespace is retained too: its deletion would take the claim with it).
+                    retain_on_delete=cfg.retains_checkpoint_claim,
                 ),
             )
             sts_deps.append(claim)

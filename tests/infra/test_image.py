@@ -135,7 +135,7 @@ def test_minikube_drops_registry_credentials() -> None:
         (ImageConfig(tag="v1 beta"), "minikube", r"imageTag: must be a Docker tag.*'v1 beta'"),
         (ImageConfig(repository="Trainer"), "minikube", r"imageRepository: .*'Trainer'"),
         (ImageConfig(platform="amd64"), "minikube", r"imagePlatform: .*os/arch.*'amd64'"),
-        (ImageConfig(), "cloud", r"imageRegistry: must be a registry .* got None"),
+        (ImageConfig(), "cloud", r"imageRegistry: required when clusterKind is .cloud.*; got ''"),
         (ImageConfig(registry="https://r.io"), "cloud", r"imageRegistry: .*'https://r.io'"),
         (
             ImageConfig(registry=REGISTRY, registry_username="bot"),

@@ -8,7 +8,8 @@ import pytest
 
 from infra.config import parse_config
 from infra.namespace import role_rules
-from infra.render import SECRET_TEXT, stack_config
+from infra.render import SECRET_TEXT, render_stack, stack_config
+from infra.stack import MONITORING_OUTPUTS
 from infra.workers import trainer_args
 from trainer import contract
 
@@ -32,6 +33,19 @@ def _env(rendered, stack) -> dict:
 
 def _ports(items, key="port") -> dict:
     return {p["name"]: p[key] for p in items}
+
+
+def _peer_policy(result):
+    """The one worker-to-worker NetworkPolicy of a rendered stack."""
+    (policy,) = [
+        p
+        for p in result.by_kind("NetworkPolicy")
+        if p["metadata"]["name"].endswith(("-workers-grpc", "-workers-nccl"))
+    ]
+    return policy
+
+
+ALL_TCP = "all TCP"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -74,6 +88,11 @@ def test_headless_service_is_the_statefulset_service(rendered, stack):
     assert sts["podManagementPolicy"] == "Parallel", f"stack {stack}: OrderedReady deadlocks"
 
 
+# Worker-to-worker ports per stack: gRPC only on CPU (dev); every TCP port where NCCL may run
+# (prod: GPUs and collective nccl), because NCCL listens on ephemeral ports.
+PEER_PORTS = {"dev": "grpc", "prod": ALL_TCP}
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_ports_agree_across_objects_and_contract(rendered, stack):
     container = _container(rendered, stack)
@@ -91,10 +110,13 @@ def test_ports_agree_across_objects_and_contract(rendered, stack):
         str(metrics),
     )
     peers = rendered[stack].by_kind("NetworkPolicy")
-    grpc_policy = next(p for p in peers if p["metadata"]["name"].endswith("-workers-grpc"))
+    peer_policy = _peer_policy(rendered[stack])
+    expected = [{"protocol": "TCP", "port": grpc}]
+    if PEER_PORTS[stack] == ALL_TCP:
+        expected = [{"protocol": "TCP"}]  # no port: every TCP port
     for direction in ("ingress", "egress"):
-        ports = [p["port"] for rule in grpc_policy["spec"][direction] for p in rule["ports"]]
-        assert ports == [grpc], f"stack {stack}: workers-grpc {direction} ports {ports}"
+        ports = [p for rule in peer_policy["spec"][direction] for p in rule["ports"]]
+        assert ports == expected, f"stack {stack}: {direction} peer ports {ports}"
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert container[probe]["httpGet"]["port"] == contract.METRICS_PORT_NAME, probe
     assert container["livenessProbe"]["httpGet"]["path"] == contract.LIVENESS_PATH
@@ -103,6 +125,37 @@ def test_ports_agree_across_objects_and_contract(rendered, stack):
     for policy in metrics_policies:
         ports = [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]]
         assert ports == [metrics], f"stack {stack}: metrics ingress ports {ports}"
+
+
+P = "tf-distributed:"
+
+
+@pytest.mark.parametrize(
+    ("stack", "overrides", "name", "ports"),
+    [
+        ("dev", {}, "tfd-workers-grpc", [{"protocol": "TCP", "port": 2222}]),
+        ("dev", {P + "gpusPerWorker": 1}, "tfd-workers-nccl", [{"protocol": "TCP"}]),
+        ("prod", {}, "tfd-workers-nccl", [{"protocol": "TCP"}]),
+        ("prod", {P + "collective": "auto"}, "tfd-workers-nccl", [{"protocol": "TCP"}]),
+        (
+            "prod",
+            {P + "collective": "ring"},
+            "tfd-workers-grpc",
+            [{"protocol": "TCP", "port": 2222}],
+        ),
+    ],
+)
+def test_worker_peer_ports_follow_gpus_and_collective(rendered, stack, overrides, name, ports):
+    result = render_stack(stack, overrides) if overrides else rendered[stack]
+    policy = _peer_policy(result)
+    where = f"Pulumi.{stack}.yaml + {overrides}: NetworkPolicy {policy['metadata']['name']}"
+    assert policy["metadata"]["name"] == name, where
+    workers = {"matchLabels": result.one("StatefulSet")["spec"]["selector"]["matchLabels"]}
+    spec = policy["spec"]
+    assert spec["podSelector"] == workers, f"{where}: applies beyond the workers"
+    assert spec["policyTypes"] == ["Ingress", "Egress"], where
+    assert spec["ingress"] == [{"from": [{"podSelector": workers}], "ports": ports}], where
+    assert spec["egress"] == [{"to": [{"podSelector": workers}], "ports": ports}], where
 
 
 def test_hpa_targets_the_statefulset_only_when_enabled(rendered):
@@ -309,6 +362,24 @@ def test_secrets_never_in_clear(rendered):
     assert dev_provider[0].inputs == {"context": "minikube"}
 
 
+def test_monitoring_outputs_exported_only_with_monitoring(rendered):
+    prod = rendered["prod"].outputs
+    assert prod["grafanaPortForward"] == (
+        "kubectl -n monitoring port-forward svc/tfd-monitoring-grafana 3000:80"
+    )
+    assert prod["prometheusPortForward"] == (
+        "kubectl -n monitoring port-forward svc/tfd-monitoring-prometheus 9090:9090"
+    )
+    assert prod["grafanaService"] == "monitoring/tfd-monitoring-grafana"
+    assert prod["prometheusService"] == "monitoring/tfd-monitoring-prometheus"
+    assert prod["grafanaAdminSecret"] == "monitoring/tfd-grafana-admin"
+    assert prod["monitoringNamespace"] == "monitoring"
+    monitoring_keys = set(MONITORING_OUTPUTS)
+    assert monitoring_keys <= set(prod), f"stack prod: missing {monitoring_keys - set(prod)}"
+    dev = rendered["dev"].outputs
+    assert not monitoring_keys & set(dev), f"stack dev (monitoring off): {set(dev)}"
+
+
 def test_stack_outputs(rendered):
     out = rendered["dev"].outputs
     assert out["namespace"] == "tfd-dev" and out["statefulset"] == "tfd-worker"
@@ -330,7 +401,21 @@ def test_statefulset_leaves_replicas_to_the_hpa(rendered, stack, ignored):
 @pytest.mark.parametrize(("stack", "retain"), [("dev", False), ("prod", True)])
 def test_checkpoint_claim_retention_follows_config(rendered, stack, retain):
     (claim,) = [r for r in rendered[stack].resources if r.kind == "PersistentVolumeClaim"]
-    assert claim.retain_on_delete is retain, f"stack {stack}: retain_on_delete"
+    assert claim.retain_on_delete is retain, f"stack {stack}: claim retain_on_delete"
+    # Deleting the namespace deletes every claim in it: a kept claim needs a kept namespace.
+    ns_name = claim.metadata["namespace"]
+    (ns,) = [r for r in rendered[stack].resources if r.kind == "Namespace" and r.name == "training"]
+    assert ns.metadata["name"] == ns_name, f"stack {stack}: claim outside the training namespace"
+    assert ns.retain_on_delete is retain, f"stack {stack}: Namespace {ns_name} retain_on_delete"
+    others = [r.name for r in rendered[stack].resources if r.retain_on_delete]
+    assert sorted(others) == (["training", "workers-checkpoints"] if retain else []), others
+
+
+def test_object_store_checkpoints_retain_nothing():
+    result = render_stack("prod", {P + "checkpointUri": "gs://bucket/ckpt"})
+    assert result.by_kind("PersistentVolumeClaim") == [], "a checkpointUri stack has no claim"
+    kept = [r.name for r in result.resources if r.retain_on_delete]
+    assert kept == [], f"Pulumi.prod.yaml + checkpointUri: retained {kept}"
 
 
 def _urn_key(urn: str) -> tuple[str, str]:
