@@ -7,7 +7,7 @@ Figures (see docs/benchmarks.md for the method behind each):
 2. plain tf-keras ``model.fit`` without a strategy (same model builder, data pipeline, optimizer,
    loss, per-worker batch; ``steps_per_execution`` = the trainer's ``--steps-per-call``);
 3. the trainer through its local launcher (``python -m trainer.local``) with 1 and 2 workers;
-4. time from launch to the first training call, from the workers' own log lines;
+4. time from launch to the first training call, as the launcher reports it;
 5. dead-peer latency: ``kill -9`` of one worker until every survivor has exited, and their codes.
 
 It prints a table, the ratios and a PASS/MISS line per target (a printed verdict, not a test),
@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import signal
 import subprocess
 import sys
@@ -44,16 +43,18 @@ from benchmarks.roofline import (  # noqa: E402
 )
 from trainer.cli import Config  # noqa: E402
 from trainer.errors import EXIT_PEER_LOST  # noqa: E402
+from trainer.local import (  # noqa: E402
+    LocalCluster,
+    intra_op_threads,
+    parse_events,
+    split_worker_output,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TARGET_OVERHEAD_RATIO = 0.95
 """Trainer 1 worker / plain Keras examples/s must be at least this (overhead within 5%)."""
 TARGET_DEAD_PEER_S = 5.0
 """Seconds from ``kill -9`` of one worker until every survivor has exited, at most."""
-FIRST_STEP_LOG_EVERY_S = 0.01
-"""``--log-every`` given to the trainer so that every call logs a ``progress`` line: the first
-one marks the end of the first training call. Costs one JSON line per call (< 0.1%)."""
-_WORKER_LINE = re.compile(r"^\[worker-(\d+)\] (\{.*\})\s*$")
 
 
 @dataclass(frozen=True)
@@ -117,33 +118,22 @@ class LocalRunOutput:
         return next((e for e in self.events.get(worker, []) if e.get("event") == event), None)
 
 
-def parse_local_output(lines: Iterable[str]) -> LocalRunOutput:
-    """Split the launcher's stdout into per-worker JSON events and its last-line summary.
-
-    Worker lines look like ``[worker-<i>] {"ts": ..., "event": ...}``; other worker output
-    (TensorFlow's stderr) is ignored. The summary is the last top-level JSON object with
-    ``workers`` and ``exit_code``.
-    """
-    out = LocalRunOutput()
-    for raw in lines:
-        line = raw.rstrip("\n")
-        match = _WORKER_LINE.match(line)
-        if match:
-            try:
-                doc = json.loads(match.group(2))
-            except ValueError:
-                continue
-            if isinstance(doc, dict) and "event" in doc:
-                out.events.setdefault(int(match.group(1)), []).append(doc)
-            continue
+def parse_local_output(lines: Sequence[str]) -> LocalRunOutput:
+    """The launcher's stdout as per-worker events (the launcher's own parsers) and its JSON
+    summary: its last unprefixed line that is an object with ``workers`` and ``exit_code``
+    (``None`` if none; worker output merged after it is skipped)."""
+    events = {i: parse_events(own) for i, own in split_worker_output(lines).items()}
+    summary = None
+    for line in reversed(lines):
         if line.startswith("{"):
             try:
                 doc = json.loads(line)
             except ValueError:
                 continue
             if isinstance(doc, dict) and {"workers", "exit_code"} <= doc.keys():
-                out.summary = doc
-    return out
+                summary = doc
+                break
+    return LocalRunOutput(events, summary)
 
 
 def checkpoint_figures(out: LocalRunOutput, worker: int = 0) -> dict[str, Any]:
@@ -155,22 +145,28 @@ def checkpoint_figures(out: LocalRunOutput, worker: int = 0) -> dict[str, Any]:
     }
 
 
-def first_step_figures(out: LocalRunOutput, t_launch: float, worker: int = 0) -> dict[str, Any]:
-    """Seconds from launch to the worker's ``start`` event and to its first ``progress`` line.
+def first_step_figures(out: LocalRunOutput) -> dict[str, Any]:
+    """The launcher's ``launch_to_first_step_s`` (its start of the workers to the chief's
+    ``first_step`` event), and from the chief's events: launch to its ``start`` event, the
+    steps of the first call and the trainer's own ``startup_s``.
 
     Raises:
-        BenchmarkError: the worker logged no ``start`` or no ``progress`` event.
+        BenchmarkError: no summary with ``launch_to_first_step_s``, or the chief logged no
+            ``start`` or no ``first_step`` event.
     """
-    start = out.first(worker, "start")
-    progress = out.first(worker, "progress")
-    if start is None or progress is None:
+    first_s = (out.summary or {}).get("launch_to_first_step_s")
+    start, first = out.first(0, "start"), out.first(0, "first_step")
+    if first_s is None or start is None or first is None:
         raise BenchmarkError(
-            f"worker-{worker}: no 'start' or 'progress' log event; cannot time the first step"
+            "worker-0: no 'start' or 'first_step' log event, or no launch_to_first_step_s in "
+            "the launcher's summary; cannot time the first step"
         )
+    # The launcher's origin, recovered from its figure and the event it timed.
+    t_launch = float(first["ts"]) - float(first_s)
     return {
         "launch_to_start_s": round(float(start["ts"]) - t_launch, 3),
-        "launch_to_first_call_s": round(float(progress["ts"]) - t_launch, 3),
-        "first_call_steps": int(progress["step"]) - int(start.get("start_step", 0)),
+        "launch_to_first_step_s": float(first_s),
+        "first_call_steps": int(first["step"]) - int(start.get("start_step", 0)),
         "trainer_startup_s": start.get("startup_s"),
     }
 
@@ -336,9 +332,8 @@ def run_local(cfg: BenchConfig, workers: int, extra: Sequence[str] = ()) -> dict
             "0",
             "--checkpoint-dir",
             ckpt,
-            *cfg.trainer_args(["--log-every", str(FIRST_STEP_LOG_EVERY_S), *extra]),
+            *cfg.trainer_args(extra),
         ]
-        t_launch = time.time()
         proc = subprocess.Popen(
             cmd,
             cwd=REPO_ROOT,
@@ -372,7 +367,7 @@ def run_local(cfg: BenchConfig, workers: int, extra: Sequence[str] = ()) -> dict
         "loss": summary["loss"],
         "accuracy": summary["accuracy"],
         "wall_s": summary["wall_s"],
-        **first_step_figures(out, t_launch),
+        **first_step_figures(out),
         **checkpoint_figures(out),
     }
 
@@ -387,12 +382,8 @@ def dead_peer(
     tell). The workers get exactly the launcher's environment (``trainer.local.LocalCluster``)
     and its thread setting; training is long enough that nobody finishes before the signal.
     """
-    from trainer.local import LocalCluster
-
-    threads = max(1, (os.cpu_count() or 1) // workers)
     args = cfg.trainer_args(
-        ["--log-every", str(FIRST_STEP_LOG_EVERY_S), "--on-done", "exit"]
-        + ["--intra-op-threads", str(threads)]
+        ["--on-done", "exit", "--intra-op-threads", str(intra_op_threads(workers))]
     )
     # Far more epochs than the run lasts: training must still be running at the kill.
     args[args.index("--epochs") + 1] = "1000"
@@ -401,7 +392,7 @@ def dead_peer(
         procs = cluster.start()
         try:
             deadline = time.time() + cfg.timeout_s
-            while not all(wp.events("progress") for wp in procs):
+            while not all(wp.events("first_step") for wp in procs):
                 if any(wp.proc.poll() is not None for wp in procs) or time.time() > deadline:
                     tail = "\n".join(line for wp in procs for line in wp.lines[-5:])
                     raise BenchmarkError(
@@ -562,11 +553,12 @@ def report(figures: dict[str, Any]) -> str:
             continue
         rate = fig["examples_per_sec"]
         frac = f"{rate / roof_rate:.1%}" if roof_rate else "n/a"
-        first = fig.get("launch_to_first_call_s", fig.get("first_execution_s"))
+        first = fig.get("launch_to_first_step_s", fig.get("first_execution_s"))
         lines.append(f"{name:<34}{rate:>12,.0f}{frac:>13}{first:>14.2f}")
     lines.append(
         f"  examples/s: steady state (end of the first call to the end of training), best of "
-        f"{cfg['repeats']} interleaved run(s); first call s: launch (trainer) or fit() (Keras, "
+        f"{cfg['repeats']} interleaved run(s); first call s: the launcher starting the workers "
+        f"(trainer, the launcher's launch_to_first_step_s) or fit() (Keras, "
         f"in-process, TensorFlow already imported) to the end of the first call of "
         f"{cfg['steps_per_call']} steps"
     )
@@ -578,7 +570,7 @@ def report(figures: dict[str, Any]) -> str:
         lines.append(
             f"  trainer {key}: launch -> start event {fig['launch_to_start_s']:.2f} s (imports, "
             f"data, strategy, model; strategy+model alone {fig['trainer_startup_s']} s), "
-            f"-> first call done {fig['launch_to_first_call_s']:.2f} s "
+            f"-> first call done {fig['launch_to_first_step_s']:.2f} s "
             f"({fig['first_call_steps']} steps incl. tracing); {fig['checkpoints']} checkpoint "
             f"saves took {fig['checkpoint_s_total']:.2f} s in all"
         )

@@ -2,7 +2,8 @@
 
 Flags choose *what* to train; *where* (task index, peers, checkpoint location, ports) comes from
 the pod environment contract (:mod:`trainer.contract`) and never from flags. ``main`` maps every
-:class:`~trainer.errors.TrainerError` to its exit code with one line on stderr, no traceback.
+:class:`~trainer.errors.TrainerError` to its exit code with one line on stderr, no traceback; any
+other exception prints its traceback and exits ``EXIT_UNEXPECTED`` (1).
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from trainer.contract import COLLECTIVES
-from trainer.errors import EXIT_OK, EXIT_USAGE, TrainerError
+from trainer.errors import EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, TrainerError
 
 ON_DONE = ("idle", "exit")
 T = TypeVar("T", int, float)
@@ -200,6 +202,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _hard_exit(err.exit_code, f"trainer: error: {err}")
     except KeyboardInterrupt:
         _hard_exit(EXIT_USAGE, "trainer: interrupted")
+    except Exception:  # noqa: BLE001 - a bug or an unmapped TensorFlow error (OOM, internal)
+        # The traceback is what a bug report needs; then the same forced exit as for known
+        # errors, since TensorFlow's threads can hang a normal interpreter shutdown.
+        traceback.print_exc()
+        _hard_exit(EXIT_UNEXPECTED, "trainer: unexpected error (traceback above)")
     _hard_exit(code if code is not None else EXIT_OK, "")
     return code  # pragma: no cover - _hard_exit does not return
 

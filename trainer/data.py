@@ -215,7 +215,8 @@ def worker_dataset(
 
     Epoch ``e`` is this worker's shard shuffled with seed ``seed + e``, repeated as needed and cut
     to ``steps_per_epoch`` batches of ``batch_size``; the first ``start_step % steps_per_epoch``
-    batches of the start epoch are skipped, so a resumed run sees what an uninterrupted one would.
+    batches of the start epoch are skipped, so a resumed run sees what an uninterrupted one would
+    at the same ``num_workers`` and ``batch_size`` (another world size shards differently).
     """
     if source.files:
         files = list(source.files)

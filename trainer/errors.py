@@ -1,13 +1,17 @@
 """The trainer's exception tree and the process exit codes each error maps to.
 
 Exit codes are part of the pod contract: Kubernetes restarts a worker whatever the code, but the
-local launcher, logs and alerts read them. Imports no TensorFlow.
+local launcher, logs and alerts read them. Any other exception (a bug, or a TensorFlow error with
+no mapping such as out-of-memory) exits with ``EXIT_UNEXPECTED`` after a traceback on stderr.
+Imports no TensorFlow.
 """
 
 from __future__ import annotations
 
 EXIT_OK = 0
 """Training finished (or was already finished)."""
+EXIT_UNEXPECTED = 1
+"""An unexpected error (not a ``TrainerError``): traceback on stderr; a bug report needs it."""
 EXIT_USAGE = 2
 """Bad command-line flags (argparse's own code)."""
 EXIT_CONTRACT = 3
@@ -27,7 +31,7 @@ EXIT_RESTART = 76
 class TrainerError(Exception):
     """Base of every error the trainer reports to the user; carries the process exit code."""
 
-    exit_code: int = 1
+    exit_code: int = EXIT_UNEXPECTED
 
 
 class UsageError(TrainerError):

@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,15 +34,58 @@ from typing import Any, TextIO
 
 from trainer import contract
 from trainer.cli import build_parser
-from trainer.errors import EXIT_CHECKPOINT, EXIT_OK, EXIT_USAGE
+from trainer.errors import (
+    EXIT_CHECKPOINT,
+    EXIT_CONTRACT,
+    EXIT_DATA,
+    EXIT_MODEL,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 
 STATEFULSET = "tfd-worker"
 SERVICE = "tfd-workers"
 NAMESPACE = "local"
-PERMANENT_EXIT_CODES = frozenset(range(EXIT_USAGE, EXIT_CHECKPOINT + 2))
+PERMANENT_EXIT_CODES = frozenset(
+    {EXIT_USAGE, EXIT_CONTRACT, EXIT_DATA, EXIT_CHECKPOINT, EXIT_MODEL}
+)
 """Usage, contract, data, checkpoint and model errors: restarting cannot fix them."""
 EXIT_INTERRUPTED = 130
 _GRACE_S = 15.0
+_WORKER_LINE = re.compile(r"^\[worker-(\d+)\] (.*)$")
+"""A worker's output line as the launcher prints it: ``[worker-<i>] <line>``."""
+
+
+def intra_op_threads(workers: int, cpus: int | None = None) -> int:
+    """Threads per worker process so that ``workers`` processes share ``cpus`` cores (default:
+    this machine's); at least 1. More threads than cores per process only adds contention."""
+    return max(1, (cpus or os.cpu_count() or 1) // workers)
+
+
+def parse_events(lines: Iterable[str], name: str | None = None) -> list[dict[str, Any]]:
+    """The structured log events (JSON object lines with ``event``) among a worker's output
+    lines, optionally only those named ``name``; other output (TensorFlow's stderr) is skipped."""
+    found = []
+    for line in lines:
+        if not line.startswith("{"):
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and "event" in doc and (name is None or doc["event"] == name):
+            found.append(doc)
+    return found
+
+
+def split_worker_output(lines: Iterable[str]) -> dict[int, list[str]]:
+    """The launcher's stdout split back into each worker's own lines, by their prefix."""
+    out: dict[int, list[str]] = {}
+    for raw in lines:
+        match = _WORKER_LINE.match(raw.rstrip("\n"))
+        if match:
+            out.setdefault(int(match.group(1)), []).append(match.group(2))
+    return out
 
 
 def free_ports(count: int) -> list[int]:
@@ -106,16 +150,7 @@ class WorkerProcess:
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         """The worker's structured log events (optionally only ``name``)."""
-        found = []
-        for line in self.lines:
-            if line.startswith("{"):
-                try:
-                    doc = json.loads(line)
-                except ValueError:
-                    continue
-                if name is None or doc.get("event") == name:
-                    found.append(doc)
-        return found
+        return parse_events(self.lines, name)
 
 
 class LocalCluster:
@@ -271,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     trainer_ns = trainer_parser.parse_args(rest)  # exits 2 with a clear message on bad flags
     if "--intra-op-threads" not in " ".join(rest):
         # N processes on few cores: more threads than cores per process only adds contention.
-        rest += ["--intra-op-threads", str(max(1, (os.cpu_count() or 1) // args.workers))]
+        rest += ["--intra-op-threads", str(intra_op_threads(args.workers))]
     if trainer_ns.on_done != "exit":
         rest += ["--on-done", "exit"]
     root = args.checkpoint_dir or str(Path("runs") / time.strftime("%Y%m%d-%H%M%S"))

@@ -1,8 +1,8 @@
 """Worker logs: one JSON object per line (pods, pipes), or a progress line on a terminal.
 
 Every line carries ``event`` and ``worker``; the local launcher and the tests read them back.
-Events: ``start``, ``resume``, ``progress``, ``epoch``, ``checkpoint``, ``stop``, ``done``,
-``idle``, ``warning``.
+Events: ``forming``, ``start``, ``resume``, ``rescale``, ``progress``, ``first_step``, ``epoch``,
+``checkpoint``, ``stop``, ``trained``, ``done``, ``idle``, ``warning``.
 """
 
 from __future__ import annotations

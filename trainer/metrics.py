@@ -1,8 +1,13 @@
 """Prometheus metrics and the pod's HTTP probes, served on ``contract.metrics_port``.
 
 One threaded HTTP server answers ``METRICS_PATH`` (Prometheus text format), ``LIVENESS_PATH``
-(200 while the process is healthy) and ``READINESS_PATH`` (200 once the strategy is up or
-training is done, else 503). Imports no TensorFlow, so it starts before TensorFlow loads.
+(always 200: the process is alive and its server answers) and ``READINESS_PATH`` (200 once the
+strategy is up or training is done, else 503). Imports no TensorFlow, so it starts before
+TensorFlow loads.
+
+The liveness probe deliberately judges nothing else: a hung collective or a dead peer already
+ends the process (heartbeat and collective timeouts, exit 75), while a "no progress for N
+seconds" rule would restart healthy pods during a long first trace, data load or checkpoint.
 """
 
 from __future__ import annotations
@@ -73,7 +78,6 @@ class Metrics:
         self.checkpoint_step.set(-1)
         self.task_index.set(task_index)
         self.world_size.set(world_size)
-        self.healthy = True
         self.ready = False
 
     def checkpointed(self, step: int, timestamp: float | None = None) -> None:
@@ -93,8 +97,7 @@ def _handler(metrics: Metrics) -> type[BaseHTTPRequestHandler]:
             if path == contract.METRICS_PATH:
                 self._send(200, metrics.exposition(), prometheus_client.CONTENT_TYPE_LATEST)
             elif path == contract.LIVENESS_PATH:
-                ok = metrics.healthy
-                self._send(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n")
+                self._send(200, b"ok\n")
             elif path == contract.READINESS_PATH:
                 ok = metrics.ready
                 self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n")

@@ -43,6 +43,10 @@ from trainer.metrics import Metrics, MetricsServer
 CHECKPOINTS_SUBDIR = "checkpoints"
 MODEL_FILE = "model.keras"
 SUMMARY_FILE = "summary.json"
+GLOBAL_BATCH_KEY = "global_batch"
+"""Checkpoint attribute holding the global batch its step counts; older checkpoints lack it."""
+TF_PREEMPTION_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
+"""Coordination-service key TensorFlow's own SIGTERM handler writes (its value: the task)."""
 
 
 class StopSignal:
@@ -220,16 +224,24 @@ class Worker:
         tf.random.set_seed(cfg.seed)
 
         t_launch = time.time()
+        self.log.event("forming", workers=n, task_index=self.spec.task_index)
         strategy = self._strategy()
         # The coordination service installs its own C++ SIGTERM handler (TensorFlow's preemption
-        # notifier), which would swallow the signal: take SIGTERM back.
+        # notifier), which would swallow the signal: take SIGTERM back, and pick up a SIGTERM
+        # that TensorFlow's handler caught while the cluster was forming.
         self.stop.install()
+        if n > 1:
+            self._watch_tf_preemption()
         self.metrics.ready = True
         with strategy.scope():
             net = model.build(cfg.model, source.input_shape, source.num_classes)
             optimizer = tf.keras.optimizers.Adam(cfg.learning_rate)
             optimizer.build(net.trainable_variables)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            # The step counts global batches: a restart with another world size converts it.
+            batch_var = tf.Variable(
+                global_batch, dtype=tf.int64, trainable=False, name=GLOBAL_BATCH_KEY
+            )
             # Loss and accuracy of the last completed epoch: the summary survives a restart.
             last_metrics = tf.Variable([0.0, 0.0], trainable=False, name="last_epoch_metrics")
             sums = tf.Variable(
@@ -239,10 +251,14 @@ class Worker:
                 aggregation=tf.VariableAggregation.SUM,
                 name="interval_sums",
             )
-        ckpt = tf.train.Checkpoint(
-            model=net, optimizer=optimizer, step=step_var, last_metrics=last_metrics
-        )
-        start = self._restore(ckpt, step_var)
+        tracked = {
+            "model": net,
+            "optimizer": optimizer,
+            "step": step_var,
+            "last_metrics": last_metrics,
+        }
+        ckpt = tf.train.Checkpoint(**tracked, **{GLOBAL_BATCH_KEY: batch_var})
+        start = self._restore(tracked, step_var, batch_var, total)
         manager, temp_dir = self._manager(ckpt)
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -318,7 +334,16 @@ class Worker:
     def is_chief(self) -> bool:
         return self.spec.is_chief
 
-    def _restore(self, ckpt: Any, step_var: Any) -> int:
+    def _restore(
+        self, tracked: Mapping[str, Any], step_var: Any, batch_var: Any, total: int
+    ) -> int:
+        """Restore the latest checkpoint; returns the step to start at, in current global batches.
+
+        ``batch_var`` holds the current global batch on entry and on return. A checkpoint saved
+        with another global batch (another world size) has its step converted so that the
+        examples already seen are kept: ``step * saved_global_batch // global_batch``, at most
+        ``total``. Checkpoints without the global batch are taken as saved with the current one.
+        """
         import tensorflow as tf
 
         directory = _join(self.root, CHECKPOINTS_SUBDIR)
@@ -336,13 +361,31 @@ class Worker:
                     "missing; delete the directory to start over"
                 )
             return 0
+        global_batch = int(batch_var.numpy())
         try:
-            ckpt.restore(latest).assert_existing_objects_matched()
+            saved = tf.train.load_checkpoint(latest).has_tensor(
+                f"{GLOBAL_BATCH_KEY}/.ATTRIBUTES/VARIABLE_VALUE"
+            )
+            objects = {**tracked, GLOBAL_BATCH_KEY: batch_var} if saved else tracked
+            tf.train.Checkpoint(**objects).restore(latest).assert_existing_objects_matched()
         except (tf.errors.OpError, AssertionError, ValueError) as err:
             raise CheckpointError(
                 f"{latest}: cannot restore (corrupt, or saved by another model): {_first(err)}"
             ) from None
-        step = int(step_var.numpy())
+        saved_step, saved_batch = int(step_var.numpy()), int(batch_var.numpy())
+        step = min(saved_step * saved_batch // global_batch, total)
+        batch_var.assign(global_batch)
+        step_var.assign(step)
+        if saved_batch != global_batch:
+            self.log.event(
+                "rescale",
+                saved_step=saved_step,
+                saved_global_batch=saved_batch,
+                global_batch=global_batch,
+                step=step,
+                reason="world size or --batch-size changed; step converted to keep the "
+                "examples already seen",
+            )
         self.metrics.resumes_total.inc()
         self.metrics.checkpointed(step, _mtime(latest + ".index"))
         self.metrics.step.set(step)
@@ -370,6 +413,26 @@ class Worker:
         self.metrics.checkpointed(step)
         if self.is_chief:
             self.log.event("checkpoint", step=step, path=path, seconds=round(time.time() - t0, 3))
+
+    def _watch_tf_preemption(self) -> None:
+        """Turn TensorFlow's own preemption notice into the stop flag.
+
+        Between the coordination service's start and :meth:`StopSignal.install` a SIGTERM goes
+        to TensorFlow's C++ handler, which only writes ``TF_PREEMPTION_KEY`` to the cluster's
+        key-value store. A thread blocked on that key (the call releases the GIL) sets the flag
+        on every worker, so all stop at the first call instead of training until SIGKILL.
+        """
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+
+        def wait() -> None:
+            try:
+                task = context.context().get_config_key_value(TF_PREEMPTION_KEY)
+            except tf.errors.OpError:  # the service is gone: the loop reports that itself
+                return
+            self.stop.request(f"SIGTERM to {task}")
+
+        threading.Thread(target=wait, name="tf-preemption", daemon=True).start()
 
     def _watch_world_size(self) -> None:
         if not self.is_chief or contract.replicas_source(self.env) != "api":

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from trainer import cli, contract
-from trainer.errors import EXIT_CHECKPOINT, EXIT_CONTRACT, EXIT_DATA, EXIT_MODEL, EXIT_USAGE
+from trainer.errors import (
+    EXIT_CHECKPOINT,
+    EXIT_CONTRACT,
+    EXIT_DATA,
+    EXIT_MODEL,
+    EXIT_UNEXPECTED,
+    EXIT_USAGE,
+)
 from trainer.local import worker_envs
 
 
@@ -88,13 +97,41 @@ CASES = {
     CORRUPT_INDEX: ([], CORRUPT_INDEX, EXIT_CHECKPOINT, "ckpt-10: cannot restore"),
     "bad-contract": ([], "contract", EXIT_CONTRACT, "TFD_POD_NAME: ordinal must be <"),
 }
+UNEXPECTED = "unexpected"
+"""Not a user error: a model whose training call raises RuntimeError (the builder itself works,
+so ``--model`` validation passes and the exception reaches ``main`` unmapped)."""
+BOOM_MODULE = textwrap.dedent(
+    """
+    import tf_keras
+
+
+    class Boom(tf_keras.layers.Layer):
+        def call(self, x, training=None):
+            if training:
+                raise RuntimeError("boom in the training call")
+            return x
+
+
+    def build(input_shape, num_classes):
+        return tf_keras.Sequential(
+            [
+                tf_keras.layers.InputLayer(input_shape=input_shape),
+                tf_keras.layers.Flatten(),
+                Boom(),
+                tf_keras.layers.Dense(num_classes),
+            ]
+        )
+    """
+)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[int, str]]]:
     """Every case as a real ``python -m trainer`` process, all started at once."""
     procs = {}
-    for name, (argv, setup, _, _) in CASES.items():
+    cases = {name: (argv, setup) for name, (argv, setup, _, _) in CASES.items()}
+    cases[UNEXPECTED] = (["--model", "tfd_boom_model:build", "--epochs", "1"], UNEXPECTED)
+    for name, (argv, setup) in cases.items():
         root = tmp_path_factory.mktemp(name)
         env = worker_envs(1, str(root))[0]
         ckpts = root / "checkpoints"
@@ -108,6 +145,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[i
             (ckpts / "ckpt-10.data-00000-of-00001").write_bytes(b"\x01" * 128)
         elif setup == "contract":
             env[contract.ENV_POD_NAME] = "tfd-worker-5"
+        elif setup == UNEXPECTED:
+            (root / "tfd_boom_model.py").write_text(BOOM_MODULE)
+            env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
         procs[name] = subprocess.Popen(
             [sys.executable, "-m", "trainer", "--on-done", "exit", *argv],
             env=env,
@@ -116,9 +156,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[i
             text=True,
         )
     results = {}
-    for name, proc in procs.items():
-        _, err = proc.communicate(timeout=120)
-        results[name] = (proc.returncode, err)
+    try:
+        for name, proc in procs.items():
+            _, err = proc.communicate(timeout=120)
+            results[name] = (proc.returncode, err)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
     yield results
 
 
@@ -130,6 +175,15 @@ def test_errors_are_one_line_and_exit_code(runs: dict[str, tuple[int, str]], cas
     assert "Traceback" not in stderr, f"{case}: traceback on stderr"
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("trainer: error: ") and text in last, f"{case}: {last}"
+
+
+def test_unexpected_error_prints_traceback_and_exits_1(runs: dict[str, tuple[int, str]]):
+    """The fixture's communicate() timeout also proves the process ended (no shutdown hang)."""
+    code, stderr = runs[UNEXPECTED]
+    assert code == EXIT_UNEXPECTED, f"{UNEXPECTED}: exit {code}, stderr tail: {stderr[-800:]}"
+    assert "Traceback (most recent call last)" in stderr, stderr[-800:]
+    assert "RuntimeError: boom in the training call" in stderr, stderr[-800:]
+    assert stderr.strip().splitlines()[-1] == "trainer: unexpected error (traceback above)"
 
 
 def test_checkpoint_dir_required(tmp_path: Path):

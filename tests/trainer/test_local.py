@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer import contract, local
+from trainer import contract, errors, local
 from trainer.errors import EXIT_RESTART, EXIT_USAGE
 
 SUMMARY_KEYS = {"workers", "final_step", "loss", "accuracy", "examples_per_sec", "wall_s"}
@@ -45,6 +45,63 @@ def test_worker_envs_follow_the_contract(tmp_path: Path):
     assert all(h.startswith("127.0.0.1:") for h in specs[0].workers)
     assert len({e[contract.ENV_METRICS_PORT] for e in envs}) == 3
     assert all(contract.ENV_TF_CONFIG not in e for e in envs)
+
+
+@pytest.mark.parametrize(
+    ("error", "permanent"),
+    [
+        (errors.UsageError, True),
+        (errors.ContractError, True),
+        (errors.DataError, True),
+        (errors.CheckpointError, True),
+        (errors.ModelError, True),
+        (errors.PeerLostError, False),
+        (errors.RestartRequested, False),
+        (errors.TrainerError, False),  # EXIT_UNEXPECTED: may be transient (OOM), retried
+    ],
+)
+def test_permanent_exit_codes(error: type[errors.TrainerError], permanent: bool):
+    assert (error.exit_code in local.PERMANENT_EXIT_CODES) is permanent, (
+        f"{error.__name__} (exit {error.exit_code}) in PERMANENT_EXIT_CODES should be {permanent}"
+    )
+
+
+def test_every_trainer_error_is_classified():
+    """A new error class must be placed on one side of the retry rule on purpose."""
+    known = {
+        errors.UsageError,
+        errors.ContractError,
+        errors.DataError,
+        errors.CheckpointError,
+        errors.ModelError,
+        errors.PeerLostError,
+        errors.RestartRequested,
+    }
+    assert set(errors.TrainerError.__subclasses__()) == known
+
+
+@pytest.mark.parametrize(
+    ("workers", "cpus", "expected"),
+    [(1, 2, 2), (2, 2, 1), (3, 2, 1), (2, 16, 8), (3, 16, 5)],
+)
+def test_intra_op_threads(workers: int, cpus: int, expected: int):
+    assert local.intra_op_threads(workers, cpus) == expected
+
+
+def test_worker_output_parsers():
+    output = [
+        "[launcher] starting 2 workers",
+        '[worker-0] {"ts": 1.0, "event": "start", "worker": 0}',
+        "[worker-1] W0000 tensorflow noise {not json",
+        '[worker-1] {"ts": 2.0, "event": "first_step", "worker": 1, "step": 4}',
+        '[worker-0] {"no_event": true}',
+        '{"workers": 2, "exit_code": 0}',
+    ]
+    split = local.split_worker_output(output)
+    assert sorted(split) == [0, 1] and len(split[1]) == 2
+    assert [e["event"] for e in local.parse_events(split[0])] == ["start"]
+    assert local.parse_events(split[1], "first_step")[0]["step"] == 4
+    assert local.parse_events(split[1], "start") == []
 
 
 @pytest.mark.slow

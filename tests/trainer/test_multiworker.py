@@ -1,11 +1,14 @@
-"""Real multi-process training on 127.0.0.1: accuracy, identical replicas, kill -9, SIGTERM,
-DONE, and /metrics scraped during a run."""
+"""Real multi-process training on 127.0.0.1: accuracy, identical replicas, kill -9, SIGTERM (in
+training and while the cluster forms), resume at another world size, DONE, and /metrics scraped
+during a run."""
 
 from __future__ import annotations
 
 import json
 import math
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from trainer import contract
 from trainer.errors import EXIT_RESTART
-from trainer.local import LocalCluster
+from trainer.local import LocalCluster, parse_events, worker_envs
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +38,7 @@ ARGS = [
     "--intra-op-threads", "1",
 ]  # fmt: skip
 TOTAL_STEPS = 2 * 2048 // (32 * 2)
+TOTAL_STEPS_1_WORKER = 2 * 2048 // 32
 
 
 def _until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
@@ -153,12 +157,56 @@ def test_kill_9_then_resume(trained: dict[str, Any], tmp_path: Path):
     assert summary["final_step"] == uninterrupted["final_step"]
 
 
-def test_sigterm_checkpoints_and_exits_restart(tmp_path: Path):
+def test_sigterm_then_resume_with_fewer_workers(tmp_path: Path):
+    """Both workers stop at step S; one worker (half the global batch) resumes at 2 S with the
+    examples seen kept, and finishes at the 1-worker total."""
     cluster = _start(tmp_path, "--on-done", "exit")
-    _until(lambda: _last_step(cluster) >= 8, 120, "worker-0 past step 8")
+    _until(lambda: _last_step(cluster) >= CHECKPOINT_EVERY, 120, "worker-0 past step 8")
     cluster.signal(1, signal.SIGTERM)
     assert cluster.wait(kill_on_failure=False, timeout_s=60) == [EXIT_RESTART, EXIT_RESTART]
     stops = [p.events("stop")[-1]["step"] for p in cluster.procs]
     assert stops[0] == stops[1], stops
     assert (tmp_path / "checkpoints" / f"ckpt-{stops[0]}.index").exists()
     assert cluster.procs[1].events("stop")[-1]["reason"] == "SIGTERM"
+
+    alone = LocalCluster(1, str(tmp_path), [*ARGS, "--on-done", "exit"])
+    alone.start()
+    assert alone.wait(timeout_s=120) == [0], alone.procs[0].lines[-20:]
+    events = alone.procs[0]
+    assert events.events("resume")[0]["step"] == 2 * stops[0]
+    rescale = events.events("rescale")[0]
+    assert (rescale["saved_global_batch"], rescale["global_batch"]) == (64, 32), rescale
+    assert events.events("start")[0]["total_steps"] == TOTAL_STEPS_1_WORKER
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["final_step"] == TOTAL_STEPS_1_WORKER, summary
+
+
+def test_sigterm_while_the_cluster_forms(tmp_path: Path):
+    """Worker 0 is SIGTERMed while it waits for its peer: TensorFlow's own handler is in place
+    then. Both workers must still stop at their first call with a checkpoint, not train on."""
+    envs = worker_envs(2, str(tmp_path))
+    cmd = [sys.executable, "-m", "trainer", *ARGS, "--on-done", "exit"]
+    procs: list[subprocess.Popen[str]] = []
+
+    def launch(index: int) -> subprocess.Popen[str]:
+        out = subprocess.PIPE
+        procs.append(subprocess.Popen(cmd, env=envs[index], stdout=out, stderr=out, text=True))
+        return procs[-1]
+
+    try:
+        chief = launch(0)
+        assert chief.stdout is not None
+        first = parse_events([chief.stdout.readline()])  # the first stdout line is an event
+        assert first and first[0]["event"] == "forming", first
+        time.sleep(1.0)  # inside the strategy's constructor, waiting for worker 1
+        chief.send_signal(signal.SIGTERM)
+        launch(1)
+        outs = [p.communicate(timeout=90) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [EXIT_RESTART, EXIT_RESTART], outs[0][1][-2000:]
+    stops = [parse_events(out.splitlines(), "stop") for out, _ in outs]
+    assert stops[0] and stops[0][0]["step"] == stops[1][0]["step"] <= CHECKPOINT_EVERY, stops
+    assert (tmp_path / "checkpoints" / f"ckpt-{stops[0][0]['step']}.index").exists()
