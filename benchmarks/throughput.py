@@ -17,6 +17,7 @@ and with ``--json PATH`` writes every figure to a file.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -75,6 +76,10 @@ class BenchConfig:
     dead_peer_workers: int = 2
     kill_chief: bool = True
     """Also kill worker 0 (the chief) in a second dead-peer run."""
+    dead_peer_repeats: int = 3
+    """Runs of each dead-peer case, each judged on its own: a kill during a collective is seen
+    at once, one between collectives only by the heartbeat, so a single run can hide the slow
+    case."""
     timeout_s: float = 300.0
     """Upper bound for one trainer run; a run past it is killed and reported as failed."""
     repeats: int = 2
@@ -102,7 +107,13 @@ class BenchConfig:
 
 
 QUICK = BenchConfig(
-    examples=4096, epochs=2, matmul_n=1024, matmul_repeats=3, kill_chief=False, repeats=1
+    examples=4096,
+    epochs=2,
+    matmul_n=1024,
+    matmul_repeats=3,
+    kill_chief=False,
+    repeats=1,
+    dead_peer_repeats=1,
 )
 
 
@@ -469,8 +480,9 @@ def run(cfg: BenchConfig, dead_peer_runs: bool = True) -> dict[str, Any]:
     if dead_peer_runs:
         runs = [(1, signal.SIGKILL)] + ([(0, signal.SIGKILL)] if cfg.kill_chief else [])
         runs.append((1, signal.SIGSTOP))
-        for victim, sig in runs:
-            name = f"dead peer, {sig.name} to worker {victim}"
+        for (victim, sig), i in itertools.product(runs, range(cfg.dead_peer_repeats)):
+            tag = f" (run {i + 1}/{cfg.dead_peer_repeats})" if cfg.dead_peer_repeats > 1 else ""
+            name = f"dead peer, {sig.name} to worker {victim}{tag}"
             result = _attempt(errors, name, dead_peer, cfg, cfg.dead_peer_workers, victim, sig)
             if result is not None:
                 figures["dead_peer"].append(result)

@@ -31,11 +31,11 @@ class Config:
     epochs: int = 3
     batch_size: int = 64
     steps_per_epoch: int = 0
-    checkpoint_every: int = 50
+    checkpoint_every: int = 200
     steps_per_call: int = 16
     collective: str = "auto"
     collective_timeout: float = 30.0
-    heartbeat_timeout: float = 5.0
+    heartbeat_timeout: float = 3.0
     model: str = ""
     seed: int = 1
     learning_rate: float = 1e-3
@@ -107,7 +107,7 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
         "--checkpoint-every",
         type=_positive_int,
         default=Config.checkpoint_every,
-        help="save a checkpoint every N global steps (default 50); also at each epoch end",
+        help="save a checkpoint every N global steps (default 200); also at each epoch end",
     )
     add(
         "--steps-per-call",
@@ -133,7 +133,7 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
         "--heartbeat-timeout",
         type=_positive_seconds,
         default=Config.heartbeat_timeout,
-        help="seconds without heartbeats before a peer is declared dead (default 5)",
+        help="seconds without heartbeats before a peer is declared dead (default 3)",
     )
     add(
         "--model",
