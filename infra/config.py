@@ -52,6 +52,11 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_.:/*?\[\]-]+$")
 _IMAGE_REPOSITORY = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 _IMAGE_REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 _IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+# A prebuilt image: [registry/]repository[:tag] and/or @sha256:<64 hex>.
+_IMAGE_REFERENCE = re.compile(
+    r"^(?P<name>([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*)"
+    r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
 _IMAGE_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
 _CHART_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 # Kubernetes resource.Quantity: a signed decimal number and an optional suffix.
@@ -73,8 +78,12 @@ _SUFFIX = {
 }
 
 
-class ConfigError(ValueError):
-    """The stack configuration breaks a rule; one line per problem: ``<key>: <rule>; got <v>``."""
+class ConfigError(pulumi.RunError, ValueError):
+    """The stack configuration breaks a rule; one line per problem: ``<key>: <rule>; got <v>``.
+
+    A :class:`pulumi.RunError`, so ``pulumi preview``/``up`` print the message alone, without a
+    Python traceback.
+    """
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = tuple(problems)
@@ -246,8 +255,14 @@ class MonitoringConfig:
 
 @dataclass(frozen=True)
 class ImageConfig:
-    """The trainer image build (see ``infra/image.py``)."""
+    """The trainer image: built by the stack (see ``infra/image.py``), or prebuilt.
 
+    Attributes:
+        reference: a prebuilt image to deploy instead of building one (``imageReference``);
+            ``None`` builds the Dockerfile. The build settings below are then unused.
+    """
+
+    reference: str | None = None
     repository: str = "tf-distributed-trainer"
     tag: str = "0.1.0"
     registry: str | None = None
@@ -504,6 +519,8 @@ def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
             then required, and a registry user and password go together.
     """
     problems: list[str] = []
+    if cfg.reference is not None:
+        return _reference_problems(cfg.reference, pinned=push)
 
     def check(key: str, value: str | None, pattern: re.Pattern[str], rule: str) -> None:
         if value is None or not pattern.match(value):
@@ -535,6 +552,31 @@ def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
             f"password {'set' if has_password else 'unset'}"
         )
     return problems
+
+
+def _reference_problems(reference: str, *, pinned: bool) -> list[str]:
+    """The rules of ``imageReference``: a Docker reference, never ``latest``, and pinned by
+    digest where ``pinned`` (cloud stacks, whose nodes pull from a registry)."""
+    key = f"{PROJECT}:imageReference"
+    match = _IMAGE_REFERENCE.match(reference)
+    if match is None:
+        return [
+            f"{key}: must be an image reference '[registry/]repo[:tag][@sha256:<64 hex>]'; "
+            f"got {reference!r}"
+        ]
+    if match["tag"] is None and match["digest"] is None:
+        return [
+            f"{key}: must name a tag or a digest (an untagged name means 'latest'); "
+            f"got {reference!r}"
+        ]
+    if match["tag"] == "latest":
+        return [f"{key}: must be a fixed version, not 'latest'; got {reference!r}"]
+    if pinned and match["digest"] is None:
+        return [
+            f"{key}: must be pinned by digest ('...@sha256:<64 hex>') when clusterKind is "
+            f"'cloud'; got {reference!r}"
+        ]
+    return []
 
 
 def parse_config(
@@ -699,6 +741,7 @@ def parse_config(
 
     # Image: read here, judged by image_problems (shared with infra/image.py).
     image = ImageConfig(
+        reference=r.string("imageReference", empty=True) or None,
         repository=r.string("imageRepository", empty=True),
         tag=r.string("imageTag", empty=True),
         registry=r.string("imageRegistry", empty=True) or None,

@@ -54,6 +54,7 @@ IMAGE_GID = 10001
 
 PULL_NEVER = "Never"
 PULL_ALWAYS = "Always"
+PULL_IF_NOT_PRESENT = "IfNotPresent"
 
 _DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+)@sha256:(?P<hex>[0-9a-f]{64})$")
 
@@ -159,6 +160,43 @@ def image_args(cfg: ImageConfig, *, gpu: bool, cluster_kind: str) -> TrainerImag
         ),
         docker_host=cfg.docker_host,
         docker_cert_path=cfg.docker_cert_path,
+    )
+
+
+@dataclass(frozen=True)
+class PrebuiltImage:
+    """A prebuilt image (``imageReference``): nothing is built or pushed, the workers run it.
+
+    Attributes:
+        image_ref: the reference as configured.
+        pull_policy: ``Always`` on cloud stacks (a digest: the kubelet only re-checks the
+            manifest); ``IfNotPresent`` on minikube, where the image may have been loaded into
+            the node (``minikube image load``) or be pulled from a registry.
+        content_id: the reference again, for the pod-template annotation: a new digest rolls the
+            workers (a re-pointed tag does not; pin by digest to roll on every new build).
+    """
+
+    image_ref: str
+    pull_policy: str
+    content_id: str
+
+
+def prebuilt_image(cfg: ImageConfig, *, cluster_kind: str) -> PrebuiltImage | None:
+    """The prebuilt image of ``cfg.reference``, or ``None`` when the stack builds its image.
+
+    Raises:
+        ConfigError: the reference breaks a rule of :func:`infra.config.image_problems`.
+    """
+    if cfg.reference is None:
+        return None
+    cloud = cluster_kind == "cloud"
+    problems = image_problems(cfg, push=cloud)
+    if problems:
+        raise ConfigError(problems)
+    return PrebuiltImage(
+        image_ref=cfg.reference,
+        pull_policy=PULL_ALWAYS if cloud else PULL_IF_NOT_PRESENT,
+        content_id=cfg.reference,
     )
 
 

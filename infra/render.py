@@ -42,6 +42,10 @@ from infra.image import mock_image_outputs
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
 STACKS = ("dev", "prod")
+USER_SECRETS: dict[str, tuple[str, ...]] = {"prod": ("kubeconfig", "grafanaAdminPassword")}
+"""Secrets an example stack's users set themselves (its stack file says how: a ciphertext only
+their secrets provider can decrypt cannot ship in the file); rendered as set, with the
+placeholder :data:`SECRET_TEXT`, unless the stack file or an override sets them."""
 SECRET_TEXT = "[secret]"
 # How the Pulumi runtime marks a secret value inside serialized inputs.
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
@@ -174,6 +178,9 @@ def stack_config(
             typed[key] = spec["value"] if isinstance(spec, dict) and "value" in spec else spec
     for key, value in (doc.get("config") or {}).items():
         typed[key if ":" in key else f"{PROJECT}:{key}"] = value
+    for key in USER_SECRETS.get(stack, ()):
+        if typed.get(f"{PROJECT}:{key}") in (None, ""):
+            typed[f"{PROJECT}:{key}"] = {"secure": "set by the stack's user"}
     for key, value in (overrides or {}).items():
         if value is None:
             typed.pop(key, None)

@@ -14,7 +14,7 @@ import pulumi
 from infra.autoscaling import Autoscaler, AutoscalerArgs
 from infra.cluster import make_provider
 from infra.config import StackConfig
-from infra.image import TrainerImage, image_args
+from infra.image import PrebuiltImage, TrainerImage, image_args, prebuilt_image
 from infra.labels import selector_labels, standard_labels
 from infra.namespace import TrainingNamespace, TrainingNamespaceArgs
 from infra.network import NetworkPolicies, NetworkPoliciesArgs
@@ -46,7 +46,7 @@ class StackOutputs:
         service: the headless Service's name.
         worker_addresses: ``host:port`` of every worker at the configured replica count.
         logs_command: a ``kubectl`` command that follows every worker's log.
-        image: the container image reference the workers run.
+        image: the container image reference the workers run (built, or ``imageReference``).
         monitoring: the monitoring component (monitoring enabled), whose outputs are exported
             under the names of :data:`MONITORING_OUTPUTS`; ``None`` exports none of them.
     """
@@ -56,7 +56,7 @@ class StackOutputs:
     service: pulumi.Output[str]
     worker_addresses: list[str]
     logs_command: str
-    image: pulumi.Output[str]
+    image: pulumi.Input[str]
     monitoring: Monitoring | None = None
 
     def export(self) -> None:
@@ -88,8 +88,11 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     Raises:
         ConfigError: the image settings are invalid (checked before any resource exists).
     """
-    trainer_image_args = image_args(
-        cfg.image, gpu=cfg.workers.gpus > 0, cluster_kind=cfg.cluster.kind
+    prebuilt = prebuilt_image(cfg.image, cluster_kind=cfg.cluster.kind)
+    trainer_image_args = (
+        None
+        if prebuilt is not None
+        else image_args(cfg.image, gpu=cfg.workers.gpus > 0, cluster_kind=cfg.cluster.kind)
     )
 
     monitoring_args = None
@@ -110,7 +113,9 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     provider = make_provider("kubernetes", cfg.cluster)
     on_cluster = pulumi.ResourceOptions(providers=[provider])
 
-    image = TrainerImage("trainer", trainer_image_args)
+    image: PrebuiltImage | TrainerImage = (
+        prebuilt if trainer_image_args is None else TrainerImage("trainer", trainer_image_args)
+    )
     namespace = TrainingNamespace("training", TrainingNamespaceArgs(cfg), on_cluster)
     in_namespace = pulumi.ResourceOptions(providers=[provider], depends_on=[namespace])
     NetworkPolicies("network", NetworkPoliciesArgs(cfg), in_namespace)

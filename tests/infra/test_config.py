@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+import pulumi
 import pytest
 import yaml
 
@@ -18,7 +19,7 @@ from infra.config import (
     parse_quantity,
     project_declarations,
 )
-from infra.render import Recorder, render_stack, stack_config
+from infra.render import USER_SECRETS, Recorder, render_stack, stack_config
 
 P = f"{PROJECT}:"
 SECRET = {"secure": "AAABAPlaceholder=="}
@@ -116,6 +117,23 @@ INVALID = [
     ),
     ("prod", {P + "imagePlatform": "arm64"}, "imagePlatform", "os/arch", "'arm64'"),
     ("dev", {P + "imageTag": "v1 beta"}, "imageTag", "a Docker tag", "'v1 beta'"),
+    ("dev", {P + "imageReference": "Trainer:1"}, "imageReference", "image reference", "Trainer"),
+    ("dev", {P + "imageReference": "trainer"}, "imageReference", "a tag or a digest", "'trainer'"),
+    ("dev", {P + "imageReference": "trainer:latest"}, "imageReference", "not 'latest'", "latest"),
+    (
+        "prod",
+        {P + "imageReference": "registry.example/tfd/trainer:1.0"},
+        "imageReference",
+        "pinned by digest",
+        "trainer:1.0",
+    ),
+    (
+        "prod",
+        {P + "imageReference": "registry.example/tfd/trainer@sha256:abc"},
+        "imageReference",
+        "image reference",
+        "sha256:abc",
+    ),
     (
         "prod",
         {P + "imageRegistryUsername": "ci-bot"},
@@ -160,6 +178,26 @@ def test_invalid_value_is_refused_before_any_resource(stack, overrides, key, rul
     assert recorder.resources == [], (
         f"Pulumi.{stack}.yaml + {overrides}: registered {[r.name for r in recorder.resources]}"
     )
+
+
+def test_config_error_is_reported_without_a_traceback():
+    # The Pulumi runtime prints a RunError's message alone (no Python traceback).
+    assert issubclass(ConfigError, pulumi.RunError)
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_example_stack_files_ship_no_secret_ciphertext():
+    # A `secure:` value only its author's secrets provider can decrypt makes every user's first
+    # `pulumi preview` fail; the files say which secrets to set instead.
+    for stack in ("dev", "prod", "e2e"):
+        doc = yaml.safe_load((PROJECT_FILE.parent / f"Pulumi.{stack}.yaml").read_text())
+        secure = [k for k, v in doc["config"].items() if isinstance(v, dict) and "secure" in v]
+        assert secure == [], f"Pulumi.{stack}.yaml ships ciphertext for {secure}"
+    prod_text = (PROJECT_FILE.parent / "Pulumi.prod.yaml").read_text()
+    for key in USER_SECRETS["prod"]:
+        assert f"pulumi config set --secret {key}" in prod_text, (
+            f"Pulumi.prod.yaml does not tell its user to set the secret {key}"
+        )
 
 
 def test_secret_value_is_never_echoed():

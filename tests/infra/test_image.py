@@ -341,3 +341,34 @@ def test_rendered_stack_never_holds_the_registry_password(
     leaks = [str(p.relative_to(tmp_path)) for p in files if PASSWORD in p.read_text()]
     assert not leaks, f"stack prod: registry password in clear in {leaks}"
     assert PASSWORD not in repr(result.outputs), "stack prod: password in the stack outputs"
+
+
+# --- A prebuilt image (imageReference). ---
+
+PREBUILT_DIGEST_REF = "registry.example/tfd/trainer@sha256:" + "a" * 64
+
+
+@pytest.mark.parametrize(
+    ("stack", "reference", "pull_policy"),
+    [
+        ("dev", "tf-distributed-trainer:0.1.0-ci", "IfNotPresent"),
+        ("prod", PREBUILT_DIGEST_REF, "Always"),
+    ],
+)
+def test_prebuilt_reference_is_deployed_without_any_build(
+    stack: str, reference: str, pull_policy: str
+) -> None:
+    result = render.render_stack(stack, {f"{PROJECT}:imageReference": reference})
+    container = _worker_container(result)
+    assert (container["image"], container["imagePullPolicy"]) == (reference, pull_policy), (
+        f"stack {stack}: StatefulSet container {container}"
+    )
+    docker = [r.type for r in result.resources if r.type.startswith("docker:")]
+    assert docker == [], f"stack {stack}: a prebuilt image still registered {docker}"
+    assert result.outputs["image"] == reference, f"stack {stack}: image output"
+
+
+def test_prebuilt_image_refuses_a_mutable_reference_on_cloud() -> None:
+    with pytest.raises(ConfigError, match="pinned by digest"):
+        image.prebuilt_image(ImageConfig(reference="trainer:1.0"), cluster_kind="cloud")
+    assert image.prebuilt_image(ImageConfig(), cluster_kind="cloud") is None
