@@ -1,13 +1,15 @@
 # Two set-up commands, both self-installing on a fresh machine:
 #   make run    train locally (2 worker processes on 127.0.0.1, no cluster)
 #   make test   lint + the whole test suite (infra under Pulumi mocks, validators, real training)
+# and a third, which builds a real toolchain from Go modules first (see README):
+#   make e2e    the real Pulumi CLI and provider against a local Kubernetes control plane
 PYTHON ?= python3
 VENV := .venv
 CHECKOV_VENV := .venv-checkov
 WORKERS ?= 2
 ARGS ?=
 
-.PHONY: run test lint render bench clean promtool
+.PHONY: run test lint render bench clean promtool tools cluster-up cluster-down e2e
 
 $(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/trainer.txt
 	$(PYTHON) -m venv $(VENV)
@@ -47,5 +49,19 @@ render: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(VENV)/bin/python -m benchmarks.throughput
 
+# The e2e toolchain (pinned in tools/versions.env), cached by version outside the clone.
+tools:
+	tools/build-tools.sh
+
+cluster-up: $(VENV)/.installed tools
+	$(VENV)/bin/python tools/cluster.py up
+
+cluster-down:
+	@if [ -x $(VENV)/bin/python ]; then $(VENV)/bin/python tools/cluster.py down; \
+	 else python3 tools/cluster.py down; fi
+
+e2e: $(VENV)/.installed tools
+	tools/e2e.sh
+
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) out runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) out runs .pytest_cache .ruff_cache .tools

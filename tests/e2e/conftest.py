@@ -1,0 +1,91 @@
+"""Fixtures of the e2e suite: the local cluster (``make cluster-up``) and Pulumi projects.
+
+A missing tool or cluster fails the suite (it never skips): ``make e2e`` builds and starts
+everything first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import KUBECONFIG, ROOT, TOOLS, Kube, Project
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under ``tests/e2e`` is marked ``e2e``: ``make test`` deselects it, ``make e2e``
+    runs only it."""
+    for item in items:
+        if item.path.is_relative_to(HERE):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def kube() -> Kube:
+    """The local cluster; fails when ``make cluster-up`` has not run."""
+    for tool in ("pulumi", "pulumi-resource-kubernetes", "kubectl"):
+        if not (TOOLS / "bin" / tool).exists():
+            pytest.fail(f"{TOOLS / 'bin' / tool} missing: run `make tools` (or `make e2e`)")
+    if not KUBECONFIG.exists():
+        pytest.fail(f"{KUBECONFIG} missing: run `make cluster-up` (or `make e2e`)")
+    client = Kube()
+    assert client.run("get", "--raw", "/readyz").strip() == "ok"
+    return client
+
+
+@pytest.fixture(scope="session")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A local file backend (``pulumi login file://...``) for every stack of the session."""
+    return tmp_path_factory.mktemp("pulumi-backend")
+
+
+@pytest.fixture(scope="session")
+def new_project(
+    tmp_path_factory: pytest.TempPathFactory, backend: Path, kube: Kube
+) -> Iterator[Callable[..., Project]]:
+    """``new_project(stack, stack_file=None)``: a fresh stack in its own project directory.
+
+    Every stack still holding resources at the end of the session is destroyed, so a failed
+    test leaves nothing behind on the cluster.
+    """
+    made: list[Project] = []
+
+    def make(stack: str, stack_file: str | None = None) -> Project:
+        project = Project(
+            tmp_path_factory.mktemp(f"project-{stack}"),
+            stack,
+            stack_file=stack_file,
+            backend=backend,
+        )
+        made.append(project)
+        return project
+
+    yield make
+    for project in made:
+        try:
+            project.stack.destroy(color="never")
+            project.stack.workspace.remove_stack(project.stack.name)
+        except Exception as exc:  # noqa: BLE001 - cleanup must try every stack
+            print(f"cleanup of stack {project.stack.name}: {exc}", file=sys.stderr)
+
+
+def rendered_resources(stack: str) -> list[dict]:
+    """What ``infra.render`` registers for ``stack`` (type, name, inputs), in its own process:
+    the renderer installs Pulumi's mocks, which must not touch this process's real runs."""
+    code = (
+        "import json, sys; from infra.render import render_stack; "
+        f"r = render_stack({stack!r}); "
+        "json.dump([{'type': x.type, 'name': x.name, 'inputs': x.inputs} "
+        "for x in r.resources], sys.stdout)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)

@@ -1,0 +1,70 @@
+"""The cloud example (``Pulumi.prod.yaml``) with the real engine, pointed at the local cluster.
+
+A user follows the stack file: set the kubeconfig (and Grafana password) as secrets, preview,
+deploy. The test-only overrides point the stack at this cluster: the kube-prometheus-stack chart
+cannot be downloaded here, and with no registry to push to the workers run a prebuilt image by
+digest (``imageReference``), which cloud stacks require to be pinned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from pulumi import automation as auto
+
+from tests.e2e.harness import KUBECONFIG, Kube, Project
+
+NAMESPACE = "tfd-prod"
+STATEFULSET = "tfd-worker"
+SELECTOR = "app.kubernetes.io/name=tf-distributed,app.kubernetes.io/instance=tfd"
+PREBUILT = "registry.example/tfd/tf-distributed-trainer@sha256:" + "5" * 64
+TEST_ONLY_OVERRIDES = {"monitoringEnabled": False, "imageReference": PREBUILT}
+
+
+def test_prod_example_deploys_its_gpu_workers_onto_the_gpu_node_only(
+    new_project: Callable[..., Project], kube: Kube
+) -> None:
+    prod = new_project("prod")
+    # Before the user sets the kubeconfig the file asks for: the program's own message.
+    with pytest.raises(auto.CommandError) as failed:
+        prod.preview()
+    assert (
+        "tf-distributed:kubeContext: clusterKind 'cloud' needs a kube context and/or a secret "
+        "kubeconfig" in str(failed.value)
+    ), failed.value
+    assert "Traceback" not in str(failed.value)
+
+    # What Pulumi.prod.yaml tells its user to run.
+    prod.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
+    prod.set("grafanaAdminPassword", "prod-e2e-grafana", secret=True)
+    prod.set_many(TEST_ONLY_OVERRIDES)
+
+    preview = prod.preview()
+    assert {s.op for s in preview.steps if s.type != "pulumi:pulumi:Stack"} == {"create"}
+    prod.up()
+    kube.wait_for("4 ready GPU workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 4)
+    pods = kube.items("pods", NAMESPACE, SELECTOR)
+    assert len(pods) == 4, [p["metadata"]["name"] for p in pods]
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        assert pod["spec"]["nodeName"] == "tfd-gpu-0", f"pod {name} on {pod['spec']['nodeName']}"
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert limits.get("nvidia.com/gpu") == "1", f"pod {name}: limits {limits}"
+        assert pod["spec"]["containers"][0]["image"] == PREBUILT
+
+    # Replicas with autoscaling off: the StatefulSet alone changes, and `up` applies it.
+    prod.set("replicas", 2)
+    changed = prod.preview().changed()
+    assert [(s.op, s.type, s.name) for s in changed] == [
+        ("update", "kubernetes:apps/v1:StatefulSet", "workers")
+    ], [(s.op, s.type, s.name, s.detailed_diff) for s in changed]
+    assert "spec.replicas" in changed[0].detailed_diff, changed[0].detailed_diff
+    prod.up()
+    kube.wait_for("2 ready GPU workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 2)
+    prod.preview(expect_no_changes=True)
+
+    # Retain (the file's checkpointRetention): destroy keeps the namespace and the claim.
+    prod.destroy()
+    assert kube.get("persistentvolumeclaim", "tfd-checkpoints", NAMESPACE) is not None
+    kube.run("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=180s")

@@ -1,0 +1,248 @@
+"""The e2e stack through its whole life with the real engine: preview, up, no-diff, update,
+secrets, destroy, up again (``Pulumi.e2e.yaml`` on the local cluster).
+
+The tests of this module run in order and share one deployed stack.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pulumi import automation as auto
+
+from tests.e2e.conftest import rendered_resources
+from tests.e2e.harness import KUBECONFIG, Kube, Project
+
+NAMESPACE = "tfd-e2e"
+STATEFULSET = "tfd-worker"
+SELECTOR = "app.kubernetes.io/name=tf-distributed,app.kubernetes.io/instance=tfd"
+GRAFANA_PASSWORD = "grafana-e2e-Pa55word-7f3c"
+REGISTRY_PASSWORD = "registry-e2e-Pa55word-91ab"
+# Generous bounds: a run here takes seconds; the provider's own awaits allow 10 minutes.
+WELL_INSIDE_TIMEOUTS_S = 240
+
+# Kubernetes API kind -> kubectl resource, for the rendered manifests.
+KUBECTL_KIND = {
+    "Namespace": "namespace",
+    "ServiceAccount": "serviceaccount",
+    "Role": "role.rbac.authorization.k8s.io",
+    "RoleBinding": "rolebinding.rbac.authorization.k8s.io",
+    "NetworkPolicy": "networkpolicy.networking.k8s.io",
+    "Service": "service",
+    "PersistentVolumeClaim": "persistentvolumeclaim",
+    "StatefulSet": "statefulset.apps",
+    "PodDisruptionBudget": "poddisruptionbudget.policy",
+    "HorizontalPodAutoscaler": "horizontalpodautoscaler.autoscaling",
+}
+
+
+def assert_subset(expected: Any, actual: Any, where: str) -> None:
+    """Every field of ``expected`` is in ``actual`` with the same value (the server may add
+    defaults, never change what was applied)."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict), f"{where}: expected a mapping, live has {actual!r}"
+        for key, value in expected.items():
+            assert key in actual, f"{where}.{key}: applied but missing on the cluster"
+            assert_subset(value, actual[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list) and len(actual) == len(expected), (
+            f"{where}: expected {len(expected)} items, live has {actual!r}"
+        )
+        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
+            assert_subset(e, a, f"{where}[{i}]")
+    else:
+        assert expected == actual, f"{where}: applied {expected!r}, live {actual!r}"
+
+
+@pytest.fixture(scope="module")
+def kubeconfig_text() -> str:
+    return KUBECONFIG.read_text()
+
+
+@pytest.fixture(scope="module")
+def project(new_project: Callable[..., Project], kubeconfig_text: str) -> Project:
+    """The e2e stack, configured as a user would: the kubeconfig and passwords as secrets."""
+    stack = new_project("e2e")
+    stack.set("kubeconfig", kubeconfig_text, secret=True)
+    stack.set("grafanaAdminPassword", GRAFANA_PASSWORD, secret=True)
+    stack.set("imageRegistryPassword", REGISTRY_PASSWORD, secret=True)
+    return stack
+
+
+@pytest.fixture(scope="module")
+def first_preview(project: Project) -> Any:
+    return project.preview()
+
+
+@pytest.fixture(scope="module")
+def first_up(project: Project, first_preview: Any) -> Any:
+    return project.up()
+
+
+def test_preview_plans_what_render_renders(first_preview: Any) -> None:
+    planned = {(s.type, s.name) for s in first_preview.steps if s.type != "pulumi:pulumi:Stack"}
+    ops = {s.op for s in first_preview.steps if s.type != "pulumi:pulumi:Stack"}
+    rendered = {(r["type"], r["name"]) for r in rendered_resources("e2e")}
+    assert planned == rendered, (
+        f"planned, not rendered: {sorted(planned - rendered)}; "
+        f"rendered, not planned: {sorted(rendered - planned)}"
+    )
+    assert ops == {"create"}, f"a new stack's preview should only create; got {ops}"
+
+
+def test_up_creates_every_rendered_object_as_rendered(first_up: Any, kube: Kube) -> None:
+    assert first_up.seconds < WELL_INSIDE_TIMEOUTS_S, f"pulumi up took {first_up.seconds:.0f} s"
+    manifests = [r["inputs"] for r in rendered_resources("e2e") if "kind" in r["inputs"]]
+    assert manifests, "the renderer produced no Kubernetes objects"
+    for manifest in manifests:
+        meta = manifest["metadata"]
+        ident = f"{manifest['kind']}/{meta['name']}"
+        live = kube.get(KUBECTL_KIND[manifest["kind"]], meta["name"], meta.get("namespace"))
+        assert live is not None, f"{ident}: rendered but not on the cluster"
+        assert_subset({k: v for k, v in manifest.items() if k != "apiVersion"}, live, ident)
+
+
+def test_workers_are_admitted_named_and_ready(first_up: Any, kube: Kube) -> None:
+    pods = kube.items("pods", NAMESPACE, SELECTOR)
+    names = sorted(p["metadata"]["name"] for p in pods)
+    assert names == [f"{STATEFULSET}-0", f"{STATEFULSET}-1"], names
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        assert pod["spec"]["hostname"] == name, f"pod {name}: hostname {pod['spec']['hostname']}"
+        assert pod["spec"]["subdomain"] == "tfd-workers", f"pod {name}: {pod['spec']}"
+        ready = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+        assert ready.get("Ready") == "True", f"pod {name} not Ready: {pod['status']}"
+        assert pod["spec"]["nodeName"] == "tfd-cpu-0", f"pod {name} on {pod['spec']['nodeName']}"
+    ns = kube.get("namespace", NAMESPACE)
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    # Pod Security admission really enforces there: a pod that breaks `restricted` is refused.
+    refused = kube.run(
+        "run", "psa-probe", "-n", NAMESPACE, "--image=tf-distributed-trainer:0.1.0",
+        "--restart=Never", "--dry-run=server",
+        check=False,
+    )  # fmt: skip
+    assert "violates PodSecurity" in refused and '"restricted:' in refused, refused
+
+
+def test_no_changes_right_after_up(first_up: Any, project: Project) -> None:
+    project.preview(expect_no_changes=True)
+    project.refresh(expect_no_changes=True)
+
+
+def test_no_changes_after_an_hpa_style_scale(first_up: Any, project: Project, kube: Kube) -> None:
+    # The HPA writes spec.replicas through the scale subresource; so does `kubectl scale`.
+    kube.run("scale", f"statefulset/{STATEFULSET}", "-n", NAMESPACE, "--replicas=3")
+    kube.wait_for(
+        "3 ready workers",
+        lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 3,
+    )
+    project.preview(expect_no_changes=True)
+    project.refresh(expect_no_changes=True)
+    live = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
+    assert live["spec"]["replicas"] == 3, "pulumi reset the replica count the HPA owns"
+
+
+def test_update_previews_exactly_the_change_and_up_applies_it(
+    first_up: Any, project: Project, kube: Kube
+) -> None:
+    project.set("epochs", 5)
+    project.set("imageReference", "tf-distributed-trainer:0.2.0")
+    preview = project.preview()
+    changed = preview.changed()
+    assert [(s.op, s.type, s.name) for s in changed] == [
+        ("update", "kubernetes:apps/v1:StatefulSet", "workers")
+    ], [(s.op, s.type, s.name, s.diffs) for s in changed]
+    assert set(changed[0].diffs) == {"spec"}, changed[0].diffs
+    assert set(changed[0].detailed_diff) == {
+        "spec.template.metadata.annotations.tf-distributed/image-id",
+        "spec.template.spec.containers[0].args[3]",
+        "spec.template.spec.containers[0].image",
+    }, changed[0].detailed_diff
+
+    up = project.up()
+    assert [(s.op, s.name) for s in up.changed()] == [("update", "workers")]
+    live = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
+    container = live["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "tf-distributed-trainer:0.2.0"
+    assert container["args"][container["args"].index("--epochs") + 1] == "5", container["args"]
+    assert live["spec"]["replicas"] == 3, "the update reset the replica count the HPA owns"
+    project.preview(expect_no_changes=True)
+
+
+def test_state_and_outputs_hold_no_plaintext_secret(
+    first_up: Any, project: Project, kubeconfig_text: str
+) -> None:
+    client_key = json.loads(kubeconfig_text)["users"][0]["user"]["client-key-data"]
+    plaintexts = {
+        "kubeconfig": kubeconfig_text,
+        "kubeconfig client key": client_key,
+        "kubeconfig client key (decoded)": base64.b64decode(client_key).decode().split("\n")[1],
+        "Grafana password": GRAFANA_PASSWORD,
+        "registry password": REGISTRY_PASSWORD,
+    }
+    state = project.export_text()
+    outputs = json.dumps({k: v.value for k, v in project.outputs().items()})
+    stack_file = project.stack_file_text()
+    for what, text in plaintexts.items():
+        assert text not in state, f"pulumi stack export holds the {what} in plaintext"
+        assert text not in outputs, f"pulumi stack output holds the {what} in plaintext"
+        assert text not in stack_file, f"Pulumi.e2e.yaml holds the {what} in plaintext"
+    assert state.count("4dabf18193072939515e22adb298388d") >= 1, "no secret in state at all?"
+
+
+def test_bad_config_fails_with_the_programs_message_and_creates_nothing(
+    new_project: Callable[..., Project], kubeconfig_text: str, kube: Kube
+) -> None:
+    bad = new_project("bad", stack_file="e2e")
+    bad.set("kubeconfig", kubeconfig_text, secret=True)
+    bad.set("namespace", "tfd-e2e-bad")
+    bad.set("replicas", 0)
+    for operation in (bad.preview, bad.up):
+        with pytest.raises(auto.CommandError) as failed:
+            operation()
+        text = str(failed.value)
+        assert "tf-distributed:replicas: must be an integer in [1, 1000]; got '0'" in text, text
+        assert "Traceback" not in text, text
+    assert kube.get("namespace", "tfd-e2e-bad") is None
+    assert bad.stack.export_stack().deployment.get("resources") in (None, []), (
+        "a failed program left resources in the state"
+    )
+
+
+def test_destroy_keeps_what_config_retains_and_up_again_works(
+    first_up: Any, project: Project, kube: Kube
+) -> None:
+    claim = kube.get("persistentvolumeclaim", "tfd-checkpoints", NAMESPACE)
+    volume = claim["spec"]["volumeName"]
+    project.destroy()
+    # checkpointRetention: Retain keeps the claim and the namespace that holds it.
+    assert kube.get("namespace", NAMESPACE) is not None
+    kept = kube.get("persistentvolumeclaim", "tfd-checkpoints", NAMESPACE)
+    assert kept is not None and kept["spec"]["volumeName"] == volume
+    for kind in ("statefulset.apps", "service", "serviceaccount", "role", "rolebinding",
+                 "networkpolicy", "horizontalpodautoscaler", "poddisruptionbudget"):  # fmt: skip
+        left = [i["metadata"]["name"] for i in kube.items(kind, NAMESPACE)]
+        if kind == "serviceaccount":
+            left.remove("default")  # the namespace's own
+        assert left == [], f"pulumi destroy left {kind}: {left}"
+    kube.wait_for("worker pods gone", lambda: kube.items("pods", NAMESPACE, SELECTOR) == [])
+
+    # A second `up` adopts the retained namespace and claim: same volume, same checkpoints.
+    again = project.up()
+    assert again.changed(), "the second up created nothing"
+    claim = kube.get("persistentvolumeclaim", "tfd-checkpoints", NAMESPACE)
+    assert claim["spec"]["volumeName"] == volume, "the retained checkpoints were not reused"
+    kube.wait_for(
+        "workers ready after the second up",
+        lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 2,
+    )
+
+    # With checkpointRetention Delete, destroy removes the namespace and the claim too.
+    project.set("checkpointRetention", "Delete")
+    project.up()
+    project.destroy()
+    kube.wait_for("namespace deleted", lambda: kube.get("namespace", NAMESPACE) is None, 180)

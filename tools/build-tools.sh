@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# `make tools`: the e2e toolchain, built from the pinned versions in tools/versions.env.
+#
+# Each tool is built once per version into $TFD_TOOLS_CACHE/<tool>-<version>/bin (outside the
+# clone, so a fresh checkout on the same machine, CI's included, reuses it) and linked into
+# .tools/bin. A second run with unchanged versions only re-links: seconds.
+#
+# Modules whose go.mod has `replace` directives cannot be `go install`ed; each is built from a
+# small wrapper module that requires it at the pinned version and repeats the replaces it needs.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=tools/versions.env
+source "$root/tools/versions.env"
+cache=${TFD_TOOLS_CACHE:-$HOME/.cache/tf-distributed/tools}
+bin=$root/.tools/bin
+mkdir -p "$cache" "$bin"
+export GOFLAGS=-mod=mod CGO_ENABLED=0
+
+log() { printf '[tools] %s\n' "$*" >&2; }
+
+# done_or_build NAME VERSION BINARIES... : true when every binary is already in the cache.
+cached() {
+  local dir=$1; shift
+  local b
+  for b in "$@"; do [ -x "$dir/bin/$b" ] || return 1; done
+}
+
+link() {
+  local dir=$1; shift
+  local b
+  for b in "$@"; do ln -sfn "$dir/bin/$b" "$bin/$b"; done
+}
+
+build_pulumi() {
+  local dir=$cache/pulumi-$PULUMI_VERSION
+  if ! cached "$dir" pulumi; then
+    log "building pulumi $PULUMI_VERSION"
+    rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+    # pkg/go.mod replaces sdk/v3 with ../sdk (the same release) and atotto/clipboard with a fork.
+    local clip
+    clip=$(go mod download -json "github.com/pulumi/pulumi/pkg/v3@v$PULUMI_VERSION" \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])' \
+      | xargs grep -E '^replace github.com/atotto/clipboard' | awk '{print $NF}')
+    cat >go.mod <<EOF
+module tfd.local/tools/pulumi
+
+go 1.26
+
+require (
+	github.com/pulumi/pulumi/pkg/v3 v$PULUMI_VERSION
+	github.com/pulumi/pulumi/sdk/v3 v$PULUMI_VERSION
+)
+
+replace github.com/atotto/clipboard => github.com/tgummerer/clipboard $clip
+EOF
+    go get -tool "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi@v$PULUMI_VERSION"
+    # The release build's tags and version stamp (without the stamp the CLI reports no version).
+    go build -trimpath -tags osusergo,grpcnotrace -o bin/ \
+      -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_VERSION" \
+      github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
+  fi
+  link "$dir" pulumi
+}
+
+build_pulumi_kubernetes() {
+  local dir=$cache/pulumi-resource-kubernetes-$PULUMI_KUBERNETES_PLUGIN
+  if ! cached "$dir" pulumi-resource-kubernetes; then
+    log "building pulumi-resource-kubernetes $PULUMI_KUBERNETES_PLUGIN"
+    local mod
+    mod=$(go mod download -json \
+      "github.com/pulumi/pulumi-kubernetes/provider/v4@$PULUMI_KUBERNETES_MODULE" \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+    rm -rf "$dir" && mkdir -p "$dir"
+    # The provider embeds generated files (schema-embed.json, terraform-mapping-embed.json) that
+    # the module zip lacks: build from a writable copy after its own `go generate` step.
+    cp -r "$mod" "$dir/provider" && chmod -R u+w "$dir/provider" && cd "$dir/provider"
+    go mod edit -replace \
+      "github.com/pulumi/pulumi-kubernetes/sdk/v4=github.com/pulumi/pulumi-kubernetes/sdk/v4@$PULUMI_KUBERNETES_GO_SDK"
+    go mod download
+    (cd cmd/pulumi-resource-kubernetes && VERSION=$PULUMI_KUBERNETES_PLUGIN go run generate.go)
+    go build -trimpath -o "$dir/bin/" \
+      -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$PULUMI_KUBERNETES_PLUGIN" \
+      ./cmd/pulumi-resource-kubernetes
+  fi
+  link "$dir" pulumi-resource-kubernetes
+}
+
+build_kubernetes() {
+  local dir=$cache/kubernetes-$KUBERNETES_VERSION
+  local tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  if ! cached "$dir" "${tools[@]}"; then
+    log "building kubernetes $KUBERNETES_VERSION (${tools[*]})"
+    rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+    local minor=${KUBERNETES_VERSION#1.}
+    minor=${minor%%.*}
+    local gomod
+    gomod=$(go mod download -json "k8s.io/kubernetes@v$KUBERNETES_VERSION" \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+    # k8s.io/kubernetes replaces every staging module with ./staging/...; the same modules are
+    # published as k8s.io/<name> v0.<minor>.<patch>.
+    {
+      printf 'module tfd.local/tools/kubernetes\n\ngo 1.24.0\n\nrequire k8s.io/kubernetes v%s\n\nreplace (\n' \
+        "$KUBERNETES_VERSION"
+      grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$gomod" \
+        | awk -v v="v0.${KUBERNETES_VERSION#1.}" '{printf "\t%s => %s %s\n", $1, $1, v}'
+      printf ')\n'
+    } >go.mod
+    local t pkgs=()
+    for t in "${tools[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$t@v$KUBERNETES_VERSION"); done
+    go get -tool "${pkgs[@]}"
+    local v=v$KUBERNETES_VERSION
+    # Upstream's build tags and version stamps (kubectl version and the apiserver's /version).
+    go build -trimpath -tags selinux,notest -o bin/ \
+      -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$v \
+        -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
+        -X k8s.io/client-go/pkg/version.gitVersion=$v" \
+      "${pkgs[@]/%@$v/}"
+  fi
+  link "$dir" "${tools[@]}"
+}
+
+build_kwok() {
+  local dir=$cache/kwok-$KWOK_VERSION
+  if ! cached "$dir" kwok; then
+    log "building kwok $KWOK_VERSION"
+    rm -rf "$dir" && mkdir -p "$dir"
+    GOBIN=$dir/bin go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+  fi
+  if [ ! -s "$dir/stages.yaml" ]; then
+    # kwok starts with no behaviour: these are the stages `kwokctl` installs by default (nodes
+    # initialised at once and kept alive by leases; pods Ready at once, deleted when asked).
+    local mod
+    mod=$(go mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+    local f
+    for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+      pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+      printf -- '---\n' && cat "$mod/kustomize/stage/$f.yaml"
+    done >"$dir/stages.yaml"
+  fi
+  link "$dir" kwok
+  ln -sfn "$dir/stages.yaml" "$root/.tools/kwok-stages.yaml"
+}
+
+etcd_from_debian() {
+  if ! command -v etcd >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      log "installing Debian's etcd-server"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
+    else
+      echo "etcd missing: install Debian's 'etcd-server' package (apt-get install etcd-server)" >&2
+      exit 1
+    fi
+  fi
+  # Debian starts no daemon here (no systemd); cluster-up runs its own etcd on loopback.
+  ln -sfn "$(command -v etcd)" "$bin/etcd"
+}
+
+register_plugins() {
+  # The engine must never try to download a plugin: register the built provider offline in the
+  # Pulumi home the e2e tests use.
+  local home=$root/.tools/pulumi-home
+  mkdir -p "$home"
+  if ! PULUMI_HOME=$home "$bin/pulumi" plugin ls --json 2>/dev/null \
+    | grep -q "\"version\": \"$PULUMI_KUBERNETES_PLUGIN\""; then
+    PULUMI_HOME=$home PULUMI_SKIP_UPDATE_CHECK=true "$bin/pulumi" plugin install resource \
+      kubernetes "$PULUMI_KUBERNETES_PLUGIN" --file "$bin/pulumi-resource-kubernetes" >&2
+  fi
+}
+
+start=$(date +%s)
+command -v go >/dev/null || { echo "make tools needs Go (1.26)" >&2; exit 1; }
+build_pulumi
+build_pulumi_kubernetes
+build_kubernetes
+build_kwok
+etcd_from_debian
+register_plugins
+log "ready in $(($(date +%s) - start)) s: $(ls "$bin" | tr '\n' ' ')"

@@ -1,0 +1,423 @@
+"""A local Kubernetes control plane with kwok nodes, for the e2e tests (`make cluster-up`).
+
+``python tools/cluster.py up`` starts, on loopback only and as a fresh cluster each time:
+etcd, kube-apiserver (RBAC, Pod Security admission), kube-controller-manager, kube-scheduler and
+kwok, whose two nodes stand in for kubelets (pods are scheduled, admitted and reach Ready; no
+container runs):
+
+* ``tfd-cpu-0``: a CPU node;
+* ``tfd-gpu-0``: a GPU node with ``nvidia.com/gpu`` capacity, the label and the taint that
+  ``Pulumi.prod.yaml`` selects and tolerates.
+
+It also creates the StorageClasses the stacks name (``standard``, ``standard-rwx``) with
+pre-provisioned ReadWriteMany volumes, since nothing provisions volumes here. The admin
+kubeconfig is written to ``.tools/kubeconfig`` (context ``tfd-e2e``).
+
+``python tools/cluster.py down`` stops only the processes ``up`` started (by the PIDs it
+recorded) and deletes the cluster's data; logs stay in ``.tools/cluster/logs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / ".tools"
+BIN = TOOLS / "bin"
+STATE = TOOLS / "cluster"
+KUBECONFIG = TOOLS / "kubeconfig"
+CONTEXT = "tfd-e2e"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+CPU_NODE = "tfd-cpu-0"
+GPU_NODE = "tfd-gpu-0"
+GPU_LABEL = ("cloud.google.com/gke-accelerator", "nvidia-tesla-t4")
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+STORAGE_CLASSES = ("standard", "standard-rwx")
+VOLUMES_PER_CLASS = 6
+START_TIMEOUT_S = 90
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started or stopped; the message says which part and why."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tool(name: str) -> str:
+    path = BIN / name
+    if not path.exists():
+        raise ClusterError(f"{path} missing: run `make tools` first")
+    return str(path)
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _make_pki(pki: Path) -> None:
+    """A throw-away CA, the apiserver's serving cert, client certs and the SA signing key."""
+    pki.mkdir(parents=True)
+    _openssl(
+        "req", "-x509", "-new", "-nodes", "-newkey", "rsa:2048", "-days", "2",
+        "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=tfd-e2e-ca", cwd=pki,
+    )  # fmt: skip
+    sans = (
+        "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,"
+        "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
+        "DNS:kubernetes.default.svc.cluster.local"
+    )
+    certs = {
+        "apiserver": ("/CN=kube-apiserver", sans + "\nextendedKeyUsage=serverAuth"),
+        "admin": ("/O=system:masters/CN=tfd-e2e-admin", "extendedKeyUsage=clientAuth"),
+        "controller-manager": ("/CN=system:kube-controller-manager", "extendedKeyUsage=clientAuth"),
+        "scheduler": ("/CN=system:kube-scheduler", "extendedKeyUsage=clientAuth"),
+        "kwok": ("/O=system:masters/CN=kwok-controller", "extendedKeyUsage=clientAuth"),
+    }
+    for name, (subject, ext) in certs.items():
+        (pki / f"{name}.ext").write_text(ext + "\n")
+        _openssl(
+            "req", "-new", "-nodes", "-newkey", "rsa:2048", "-keyout", f"{name}.key",
+            "-out", f"{name}.csr", "-subj", subject, cwd=pki,
+        )  # fmt: skip
+        _openssl(
+            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt",
+            cwd=pki,
+        )  # fmt: skip
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def kubeconfig_text(server: str, pki: Path, user: str) -> str:
+    """A self-contained kubeconfig (certificates inline) for ``user``'s client certificate."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": CONTEXT,
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": _b64(pki / "ca.crt"),
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": _b64(pki / f"{user}.crt"),
+                    "client-key-data": _b64(pki / f"{user}.key"),
+                },
+            }
+        ],
+        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": user}}],
+        "current-context": CONTEXT,
+    }
+    # JSON is YAML: no YAML library needed.
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _start(name: str, argv: Sequence[str], logs: Path) -> int:
+    log = (logs / f"{name}.log").open("ab")
+    proc = subprocess.Popen(  # noqa: S603 - our own binaries, fixed arguments
+        argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    with (STATE / "pids").open("a") as f:
+        f.write(f"{proc.pid} {name}\n")
+    return proc.pid
+
+
+def _kubectl(*args: str, stdin: str | None = None, check: bool = True) -> str:
+    result = subprocess.run(
+        [_tool("kubectl"), "--kubeconfig", str(KUBECONFIG), *args],
+        input=stdin, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if check and result.returncode != 0:
+        raise ClusterError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def _wait(what: str, probe, timeout: float = START_TIMEOUT_S) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if probe():
+                return
+        except (ClusterError, OSError):
+            pass
+        time.sleep(0.5)
+    raise ClusterError(f"{what} not ready after {timeout:.0f} s (logs: {STATE / 'logs'})")
+
+
+def _node(name: str, *, gpus: int, cpu: str, memory: str) -> dict:
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+    }
+    capacity = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"}
+    spec: dict = {}
+    if gpus:
+        labels[GPU_LABEL[0]] = GPU_LABEL[1]
+        capacity["nvidia.com/gpu"] = str(gpus)
+        spec["taints"] = [GPU_TAINT]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            # kwok manages exactly the nodes carrying this annotation.
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": spec,
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "kubeletVersion": "kwok",
+                "kubeProxyVersion": "kwok",
+            },
+        },
+    }
+
+
+def _storage() -> list[dict]:
+    """StorageClasses without a provisioner, each with volumes the PV controller can bind."""
+    docs: list[dict] = []
+    for sc in STORAGE_CLASSES:
+        docs.append(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": sc},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "Immediate",
+                "reclaimPolicy": "Retain",
+            }
+        )
+        for i in range(VOLUMES_PER_CLASS):
+            docs.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": f"{sc}-{i}", "labels": {"tfd-e2e/volume": sc}},
+                    "spec": {
+                        "storageClassName": sc,
+                        "capacity": {"storage": "500Gi"},
+                        "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "hostPath": {"path": f"/tmp/tfd-e2e-volumes/{sc}-{i}"},
+                    },
+                }
+            )
+    return docs
+
+
+def up() -> None:
+    """Start a fresh cluster (stopping a previous one first) and wait until it is usable."""
+    down(quiet=True)
+    logs = STATE / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    pki = STATE / "pki"
+    _make_pki(pki)
+    etcd_port, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
+    cm_port, sched_port, kwok_port = _free_port(), _free_port(), _free_port()
+    server = f"https://127.0.0.1:{api_port}"
+    for user in ("admin", "controller-manager", "scheduler", "kwok"):
+        (STATE / f"{user}.kubeconfig").write_text(kubeconfig_text(server, pki, user))
+    shutil.copy(STATE / "admin.kubeconfig", KUBECONFIG)
+    KUBECONFIG.chmod(0o600)
+
+    etcd_url = f"http://127.0.0.1:{etcd_port}"
+    _start(
+        "etcd",
+        [
+            _tool("etcd"), "--name", "tfd-e2e", "--data-dir", str(STATE / "etcd"),
+            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+            "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-cluster", f"tfd-e2e=http://127.0.0.1:{etcd_peer}",
+            "--unsafe-no-fsync",
+        ],
+        logs,
+    )  # fmt: skip
+    _start(
+        "kube-apiserver",
+        [
+            _tool("kube-apiserver"), f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={api_port}",
+            # Loopback endpoints are invalid for the `kubernetes` Service: no reconciler.
+            "--endpoint-reconciler-type=none",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--authorization-mode=RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=false",
+            "--profiling=false",
+        ],
+        logs,
+    )  # fmt: skip
+    _wait("kube-apiserver", lambda: _kubectl("get", "--raw", "/readyz").strip() == "ok")
+    _start(
+        "kube-controller-manager",
+        [
+            _tool("kube-controller-manager"),
+            f"--kubeconfig={STATE / 'controller-manager.kubeconfig'}",
+            f"--authentication-kubeconfig={STATE / 'controller-manager.kubeconfig'}",
+            f"--authorization-kubeconfig={STATE / 'controller-manager.kubeconfig'}",
+            "--bind-address=127.0.0.1", f"--secure-port={cm_port}", "--leader-elect=false",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}", "--use-service-account-credentials=true",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={pki / 'ca.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # The HPA controller syncs every 15 s by default; scaling tests wait less.
+            "--horizontal-pod-autoscaler-sync-period=5s",
+        ],
+        logs,
+    )  # fmt: skip
+    _start(
+        "kube-scheduler",
+        [
+            _tool("kube-scheduler"), f"--kubeconfig={STATE / 'scheduler.kubeconfig'}",
+            f"--authentication-kubeconfig={STATE / 'scheduler.kubeconfig'}",
+            f"--authorization-kubeconfig={STATE / 'scheduler.kubeconfig'}",
+            "--bind-address=127.0.0.1", f"--secure-port={sched_port}", "--leader-elect=false",
+        ],
+        logs,
+    )  # fmt: skip
+    _start(
+        "kwok",
+        [
+            _tool("kwok"), f"--kubeconfig={STATE / 'kwok.kubeconfig'}",
+            f"--config={TOOLS / 'kwok-stages.yaml'}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--cidr={POD_CIDR}", "--node-ip=10.244.0.1",
+            "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{kwok_port}",
+        ],
+        logs,
+    )  # fmt: skip
+    nodes = [
+        _node(CPU_NODE, gpus=0, cpu="16", memory="64Gi"),
+        _node(GPU_NODE, gpus=8, cpu="64", memory="512Gi"),
+    ]
+    manifest = {"apiVersion": "v1", "kind": "List", "items": [*nodes, *_storage()]}
+    _kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+
+    def nodes_ready() -> bool:
+        out = _kubectl(
+            "get", "nodes", "-o",
+            'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}',
+        )  # fmt: skip
+        return out.split() == ["True", "True"]
+
+    _wait("kwok nodes", nodes_ready)
+    # Namespaced objects need the controller-manager's service account and root CA publishers.
+    _wait("default service account", lambda: bool(_kubectl("get", "sa", "default", check=False)))
+    print(f"cluster up: {server} (kubeconfig {KUBECONFIG}, context {CONTEXT})")
+
+
+def _pids() -> list[tuple[int, str]]:
+    path = STATE / "pids"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        pid, _, name = line.partition(" ")
+        out.append((int(pid), name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (our own child, not yet reaped) counts as gone.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def down(quiet: bool = False) -> None:
+    """Stop the processes ``up`` started (in reverse order) and delete the cluster's data."""
+    pids = _pids()
+    for pid, _name in reversed(pids):
+        # Each process leads its own session: signal its whole group, nothing else.
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + 15
+    for pid, name in reversed(pids):
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+            if not quiet:
+                print(f"{name} ({pid}) ignored SIGTERM: killed", file=sys.stderr)
+    for path in ("pids", "etcd", "pki"):
+        target = STATE / path
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    for kubeconfig in STATE.glob("*.kubeconfig"):
+        kubeconfig.unlink()
+    KUBECONFIG.unlink(missing_ok=True)
+    if not quiet:
+        print(f"cluster down: {len(pids)} processes stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("up", "down"))
+    args = parser.parse_args(argv)
+    try:
+        up() if args.command == "up" else down()
+    except (ClusterError, subprocess.CalledProcessError) as exc:
+        print(f"cluster {args.command}: {exc}", file=sys.stderr)
+        if args.command == "up":
+            down(quiet=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
