@@ -112,7 +112,8 @@ class Step:
     urn: str
     type: str
     diffs: list[str] = field(default_factory=list)
-    detailed_diff: dict[str, Any] = field(default_factory=dict)
+    # property path -> "add" | "update" | "delete" | ..., as `pulumi preview --diff` shows it.
+    detailed_diff: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -150,6 +151,7 @@ class Project:
         pulumi_home: Path = TOOLS / "pulumi-home",
     ) -> None:
         work.mkdir(parents=True, exist_ok=True)
+        backend.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "Pulumi.yaml", work / "Pulumi.yaml")
         source = ROOT / f"Pulumi.{stack_file or stack}.yaml"
         if source.exists():
@@ -218,7 +220,8 @@ class Project:
                     type=meta.type,
                     diffs=list(meta.diffs or []),
                     detailed_diff={
-                        k: getattr(v, "kind", v) for k, v in (meta.detailed_diff or {}).items()
+                        path: diff.diff_kind.value
+                        for path, diff in (meta.detailed_diff or {}).items()
                     },
                 )
             )
@@ -244,9 +247,23 @@ class Project:
     def outputs(self) -> dict[str, auto.OutputValue]:
         return self.stack.outputs()
 
+    def cli(self, *args: str) -> str:
+        """Run ``pulumi <args> --stack <stack>`` in the project directory; its stdout."""
+        result = subprocess.run(
+            [str(TOOLS / "bin" / "pulumi"), *args, "--stack", self.stack.name],
+            cwd=self.work,
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert result.returncode == 0, f"pulumi {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
     def export_text(self) -> str:
-        """``pulumi stack export --show-secrets=false``: the state as the backend holds it."""
-        return json.dumps(self.stack.export_stack().deployment)
+        """``pulumi stack export``: the state as the backend holds it (secrets encrypted)."""
+        return self.cli("stack", "export")
 
     def stack_file_text(self) -> str:
         return (self.work / f"Pulumi.{self.stack.name}.yaml").read_text()
