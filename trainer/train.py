@@ -23,12 +23,12 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-from trainer import contract, k8s
-from trainer.cli import Config
+from trainer import contract, k8s, runtime
+from trainer.config import Config
 from trainer.errors import (
     EXIT_OK,
     CheckpointError,
@@ -36,9 +36,12 @@ from trainer.errors import (
     DataError,
     PeerLostError,
     RestartRequested,
+    UsageError,
 )
+from trainer.evaluate import Evaluator
 from trainer.logs import Log
 from trainer.metrics import Metrics, MetricsServer
+from trainer.summaries import Summaries
 
 CHECKPOINTS_SUBDIR = "checkpoints"
 MODEL_FILE = "model.keras"
@@ -156,40 +159,41 @@ class Worker:
         self.metrics = metrics
         self.stop = stop
         self.world_changed = threading.Event()
+        self.evaluate: Callable[[], tuple[float, float]] | None = None
+        self.summaries = Summaries("")
 
     # --- set-up -----------------------------------------------------------------------------
     def _strategy(self) -> Any:
-        import tensorflow as tf
-        from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
-        from tensorflow.python.distribute import multi_worker_util
-        from tensorflow.python.eager import context
+        """The strategy for this pod's shape; :func:`runtime.configure` has run before.
 
-        if self.config.intra_op_threads:
-            tf.config.threading.set_intra_op_parallelism_threads(self.config.intra_op_threads)
+        N workers: MultiWorkerMirroredStrategy (all local GPUs of each worker, NCCL on GPUs
+        with ``--collective auto``; one CPU device per worker otherwise). One worker with
+        several GPUs, or with ``--cpu-devices`` > 1: MirroredStrategy over those devices. One
+        worker with one device: the default strategy (no collectives at all).
+        """
+        import tensorflow as tf
+
         if self.spec.num_workers == 1:
-            # One worker needs no collectives: MultiWorkerMirroredStrategy would still run a
-            # collective all-reduce per step (measured 2-3x slower on CPU, docs/trainer.md).
+            gpus = tf.config.list_logical_devices("GPU")
+            if len(gpus) > 1:
+                ops = tf.distribute.NcclAllReduce() if self.config.collective == "nccl" else None
+                return tf.distribute.MirroredStrategy(cross_device_ops=ops)
+            if not gpus and self.config.cpu_devices > 1:
+                cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+                return tf.distribute.MirroredStrategy(devices=cpus)
+            # One worker, one device: MultiWorkerMirroredStrategy would still run a collective
+            # all-reduce per step (measured 2-3x slower on CPU, docs/trainer.md).
             return tf.distribute.get_strategy()
         os.environ[contract.ENV_TF_CONFIG] = self.spec.tf_config_json()
-        cluster = tf.train.ClusterSpec(self.spec.tf_config()["cluster"])
-        # Same coordination service the strategy would configure itself, plus our heartbeat
-        # timeout: a dead peer is then detected in seconds instead of the default minutes.
-        context.context().configure_coordination_service(
-            service_type="standalone",
-            service_leader=multi_worker_util.coordination_leader(cluster),
-            heartbeat_timeout_in_ms=int(self.config.heartbeat_timeout * 1000),
-            coordinated_jobs=[
-                coordination_config_pb2.CoordinatedJob(
-                    name="worker", num_tasks=self.spec.num_workers
-                )
-            ],
-        )
+        self._configure_heartbeat()
         impl = tf.distribute.experimental.CommunicationImplementation
         options = tf.distribute.experimental.CommunicationOptions(
             implementation={"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}[
                 self.config.collective
             ],
-            timeout_seconds=self.config.collective_timeout,
+            # None: no per-collective timer thread (TensorFlow starts one per collective when a
+            # timeout is set); dead peers are found by the coordination-service heartbeat.
+            timeout_seconds=self.config.collective_timeout or None,
         )
         try:
             return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
@@ -198,32 +202,45 @@ class Worker:
                 f"cannot form the cluster {list(self.spec.workers)}: {_first(err)}"
             ) from None
 
+    def _configure_heartbeat(self) -> bool:
+        """Configure the coordination service as the strategy would, plus our heartbeat timeout
+        (a dead peer is then detected in seconds). Returns False, with a warning, when
+        TensorFlow's private API for it is missing: the strategy then uses TF's defaults."""
+        import tensorflow as tf
+
+        api, why = runtime.coordination_api()
+        if api is None:
+            self.log.event(
+                "warning",
+                message=f"--heartbeat-timeout not applied, TensorFlow's default heartbeat is "
+                f"used: {why}",
+            )
+            return False
+        cluster = tf.train.ClusterSpec(self.spec.tf_config()["cluster"])
+        api.configure(
+            service_type="standalone",
+            service_leader=api.leader(cluster),
+            heartbeat_timeout_in_ms=int(self.config.heartbeat_timeout * 1000),
+            coordinated_jobs=[api.coordinated_job(name="worker", num_tasks=self.spec.num_workers)],
+        )
+        return True
+
     def train(self) -> None:
         import tensorflow as tf
+        import tf_keras
 
         from trainer import data, model
 
         cfg = self.config
         n = self.spec.num_workers
-        source = data.load(
-            cfg.dataset,
-            cfg.seed,
-            cfg.synthetic_examples,
-            self.root,
-            self.is_chief,
-            count=cfg.steps_per_epoch == 0,
-        )
-        global_batch = cfg.batch_size * n
-        spe = cfg.steps_per_epoch or source.num_examples // global_batch
-        if spe < 1:
-            raise DataError(
-                f"--dataset {cfg.dataset}: {source.num_examples} examples give no full global "
-                f"batch of {global_batch} (--batch-size {cfg.batch_size} x {n} workers)"
+        if cfg.cpu_devices > 1 and n > 1:
+            raise UsageError(
+                f"--cpu-devices: must be 1 with several workers (MultiWorkerMirroredStrategy "
+                f"uses one CPU device per worker); got {cfg.cpu_devices} with {n} workers"
             )
-        total = spe * cfg.epochs
-        tf.random.set_seed(cfg.seed)
-
         t_launch = time.time()
+        # Before anything that runs a TensorFlow op (data loading, the user's model module).
+        runtime.configure(cfg)
         self.log.event("forming", workers=n, task_index=self.spec.task_index)
         strategy = self._strategy()
         # The coordination service installs its own C++ SIGTERM handler (TensorFlow's preemption
@@ -232,10 +249,38 @@ class Worker:
         self.stop.install()
         if n > 1:
             self._watch_tf_preemption()
+        if self.is_chief and cfg.tensorboard_dir:
+            self.summaries = Summaries(cfg.tensorboard_dir)
+
+        source = data.load(
+            cfg.dataset,
+            cfg.seed,
+            cfg.synthetic_examples,
+            self.root,
+            self.is_chief,
+            count=cfg.steps_per_epoch == 0,
+        )
+        eval_source = None
+        if cfg.eval_split:
+            source, eval_source = data.split(source, cfg.eval_split, cfg.seed)
+        elif cfg.eval_dataset:
+            eval_source = data.load(
+                cfg.eval_dataset, cfg.seed + 1, cfg.synthetic_examples, self.root, self.is_chief
+            )
+        replicas = strategy.num_replicas_in_sync
+        global_batch = cfg.batch_size * replicas
+        spe = cfg.steps_per_epoch or source.num_examples // global_batch
+        if spe < 1:
+            raise DataError(
+                f"--dataset {cfg.dataset}: {source.num_examples} examples give no full global "
+                f"batch of {global_batch} (--batch-size {cfg.batch_size} x {replicas} replicas)"
+            )
+        total = spe * cfg.epochs
+        num_classes = self._num_classes(source.num_classes)
         self.metrics.ready = True
         with strategy.scope():
-            net = model.build(cfg.model, source.input_shape, source.num_classes)
-            optimizer = tf.keras.optimizers.Adam(cfg.learning_rate)
+            net = model.build(cfg.model, source.input_shape, num_classes)
+            optimizer = tf_keras.optimizers.Adam(cfg.learning_rate_for(replicas))
             optimizer.build(net.trainable_variables)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             # The step counts global batches: a restart with another world size converts it.
@@ -244,6 +289,8 @@ class Worker:
             )
             # Loss and accuracy of the last completed epoch: the summary survives a restart.
             last_metrics = tf.Variable([0.0, 0.0], trainable=False, name="last_epoch_metrics")
+            # Loss and accuracy of the last evaluation pass (absent from older checkpoints).
+            last_eval = tf.Variable([-1.0, -1.0], trainable=False, name="last_eval_metrics")
             sums = tf.Variable(
                 tf.zeros(3),
                 trainable=False,
@@ -256,6 +303,7 @@ class Worker:
             "optimizer": optimizer,
             "step": step_var,
             "last_metrics": last_metrics,
+            "last_eval": last_eval,
         }
         ckpt = tf.train.Checkpoint(**tracked, **{GLOBAL_BATCH_KEY: batch_var})
         start = self._restore(tracked, step_var, batch_var, total)
@@ -266,6 +314,7 @@ class Worker:
                 source,
                 num_workers=ctx.num_input_pipelines,
                 worker_index=ctx.input_pipeline_id,
+                replicas_per_worker=ctx.num_replicas_in_sync // ctx.num_input_pipelines,
                 batch_size=ctx.get_per_replica_batch_size(global_batch),
                 steps_per_epoch=spe,
                 epochs=cfg.epochs,
@@ -274,9 +323,10 @@ class Worker:
             )
 
         iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
-        loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction=tf.keras.losses.Reduction.NONE
-        )
+        loss_fn = model.load_loss(cfg.loss)
+        if eval_source is not None:
+            evaluator = Evaluator(strategy, net, loss_fn, eval_source, global_batch)
+            self.evaluate = lambda: self._evaluate(evaluator, last_eval)
 
         def step_fn(x: tf.Tensor, y: tf.Tensor) -> None:
             with tf.GradientTape() as tape:
@@ -316,6 +366,8 @@ class Worker:
         self.log.event(
             "start",
             workers=n,
+            replicas=replicas,
+            num_classes=int(net.output_shape[-1]),
             task_index=self.spec.task_index,
             pid=os.getpid(),
             start_step=start,
@@ -328,11 +380,28 @@ class Worker:
         step, rate = self._loop(
             train_call, manager, temp_dir, step_var, last_metrics, start, total, spe, global_batch
         )
-        self._finish(strategy, net, manager, step_var, last_metrics, step, rate, temp_dir)
+        self._finish(
+            strategy, net, manager, step_var, (last_metrics, last_eval), step, rate, temp_dir
+        )
 
     @property
     def is_chief(self) -> bool:
         return self.spec.is_chief
+
+    def _evaluate(self, evaluator: Evaluator, last_eval: Any) -> tuple[float, float]:
+        loss, acc = evaluator()
+        last_eval.assign([loss, acc])
+        return loss, acc
+
+    def _num_classes(self, from_data: int) -> int:
+        """``--num-classes``, else the data's (0: unknown, the model's output width decides)."""
+        flag = self.config.num_classes
+        if flag and from_data > flag:
+            raise DataError(
+                f"--num-classes: must cover the labels 0-{from_data - 1} of --dataset "
+                f"{self.config.dataset}; got {flag}"
+            )
+        return flag or from_data
 
     def _restore(
         self, tracked: Mapping[str, Any], step_var: Any, batch_var: Any, total: int
@@ -373,9 +442,16 @@ class Worker:
                 f"{latest}: cannot restore (corrupt, or saved by another model): {_first(err)}"
             ) from None
         saved_step, saved_batch = int(step_var.numpy()), int(batch_var.numpy())
-        step = min(saved_step * saved_batch // global_batch, total)
+        explicit_epochs = self.config.steps_per_epoch > 0
+        converted = saved_step if explicit_epochs else saved_step * saved_batch // global_batch
+        step = min(converted, total)
         batch_var.assign(global_batch)
         step_var.assign(step)
+        optimizer = tracked.get("optimizer")
+        if optimizer is not None:
+            optimizer.iterations.assign(step)
+            replicas = max(1, global_batch // self.config.batch_size)
+            optimizer.learning_rate.assign(self.config.learning_rate_for(replicas))
         if saved_batch != global_batch:
             self.log.event(
                 "rescale",
@@ -383,8 +459,12 @@ class Worker:
                 saved_global_batch=saved_batch,
                 global_batch=global_batch,
                 step=step,
-                reason="world size or --batch-size changed; step converted to keep the "
-                "examples already seen",
+                reason="world size or --batch-size changed; "
+                + (
+                    "--steps-per-epoch is explicit: step kept"
+                    if explicit_epochs
+                    else "step converted to keep the examples already seen"
+                ),
             )
         self.metrics.resumes_total.inc()
         self.metrics.checkpointed(step, _mtime(latest + ".index"))
@@ -411,6 +491,7 @@ class Worker:
         if temp_dir:
             shutil.rmtree(temp_dir, ignore_errors=True)
         self.metrics.checkpointed(step)
+        self.metrics.checkpoint_save_seconds.observe(time.time() - t0)
         if self.is_chief:
             self.log.event("checkpoint", step=step, path=path, seconds=round(time.time() - t0, 3))
 
@@ -481,6 +562,7 @@ class Worker:
                 to_epoch = spe - step % spe
                 k = min(cfg.steps_per_call, to_ckpt, to_epoch, total - step)
                 want_stop = self.stop.event.is_set() or self.world_changed.is_set()
+                t_call = time.time()
                 out = train_call(
                     tf.constant(k, tf.int64), tf.constant(1.0 if want_stop else 0.0)
                 ).numpy()
@@ -495,7 +577,7 @@ class Worker:
                 loss_sum, correct, count, stop_votes = (float(v) for v in out)
                 interval = (loss_sum, correct, count)
                 epoch_sums = [a + b for a, b in zip(epoch_sums, interval, strict=True)]
-                self.metrics.steps_total.inc(k)
+                self.metrics.stepped(k, global_batch, now - t_call)
                 self.metrics.step.set(step)
                 self.metrics.epoch.set(step // spe if step < total else cfg.epochs - 1)
                 if count:
@@ -506,10 +588,32 @@ class Worker:
                     last_metrics.assign([loss, acc])
                     ep = step // spe - 1
                     self.log.event("epoch", epoch=ep, step=step, loss=loss, accuracy=acc)
+                    self.summaries.scalars(step, {"train/epoch_loss": loss,
+                                                  "train/epoch_accuracy": acc})  # fmt: skip
                     epoch_sums = [0.0, 0.0, 0.0]
+                if step % spe == 0 and self.evaluate is not None:
+                    eval_loss, eval_acc = self.evaluate()
+                    self.metrics.eval_loss.set(eval_loss)
+                    self.metrics.eval_accuracy.set(eval_acc)
+                    self.log.event(
+                        "eval", epoch=step // spe - 1, step=step, loss=eval_loss, accuracy=eval_acc
+                    )
+                    self.summaries.scalars(
+                        step, {"eval/loss": eval_loss, "eval/accuracy": eval_acc}
+                    )
+                    self.summaries.flush()
                 if now - t_log >= cfg.log_every or step == total:
                     rate = steps_since_log * global_batch / max(now - t_log, 1e-9)
                     self.metrics.examples_per_second.set(rate)
+                    if count:
+                        self.summaries.scalars(
+                            step,
+                            {
+                                "train/loss": loss_sum / count,
+                                "train/accuracy": correct / count,
+                                "train/examples_per_second": rate,
+                            },
+                        )
                     self.log.event(
                         "progress",
                         step=step,
@@ -543,15 +647,19 @@ class Worker:
         net: Any,
         manager: Any,
         step_var: Any,
-        last_metrics: Any,
+        figures: tuple[Any, Any],
         step: int,
         rate: float,
         temp_dir: str,
     ) -> None:
         import tensorflow as tf
 
+        last_metrics, last_eval = figures
         loss, acc = (float(v) for v in last_metrics.numpy())
+        eval_loss, eval_acc = (float(v) for v in last_eval.numpy())
+        evaluated = self.evaluate is not None and eval_loss >= 0
         digest = weights_digest(net)
+        self.summaries.flush()
         self.log.event(
             "trained",
             step=step,
@@ -572,6 +680,10 @@ class Worker:
                 "loss": loss,
                 "accuracy": acc,
                 "examples_per_sec": rate,
+                "eval_loss": eval_loss if evaluated else None,
+                "eval_accuracy": eval_acc if evaluated else None,
+                "replicas": strategy.num_replicas_in_sync,
+                "num_classes": int(net.output_shape[-1]),
                 "weights_sha256": digest,
                 "model": model_path,
             }
@@ -644,4 +756,8 @@ def _classify(err: Any, num_workers: int) -> Exception:
         return PeerLostError(f"a peer is gone or a collective timed out: {_first(err)}")
     if isinstance(err, tf.errors.InvalidArgumentError | tf.errors.DataLossError):
         return DataError(f"training data: {_first(err)}")
+    if isinstance(err, tf.errors.OutOfRangeError):
+        # The pipelines are sized to the run: running out is a bug or a dataset that shrank
+        # while training; restarting from the checkpoint would only run out again.
+        return DataError(f"training data ran out before the last step: {_first(err)}")
     return err
