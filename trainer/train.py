@@ -1,4 +1,4 @@
-"""One worker's training run under MultiWorkerMirroredStrategy, with a custom training loop.
+"""One worker's training run (strategy from trainer.placement) with a custom training loop.
 
 Why a custom loop over tf-keras ``model.fit``: it gives exact step-level checkpoints, a stop
 flag all workers agree on between ``tf.function`` calls (SIGTERM on one pod, world-size change),
@@ -20,14 +20,21 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-from trainer import contract, k8s, runtime
+from trainer import checkpoints, contract, k8s, placement, runtime
+from trainer.checkpoints import (
+    GLOBAL_BATCH_KEY,
+    checkpoint_root,
+    done_exists,
+    first_line,
+    join,
+    write_text,
+)
 from trainer.config import Config
 from trainer.errors import (
     EXIT_OK,
@@ -43,11 +50,8 @@ from trainer.logs import Log
 from trainer.metrics import Metrics, MetricsServer
 from trainer.summaries import Summaries
 
-CHECKPOINTS_SUBDIR = "checkpoints"
 MODEL_FILE = "model.keras"
 SUMMARY_FILE = "summary.json"
-GLOBAL_BATCH_KEY = "global_batch"
-"""Checkpoint attribute holding the global batch its step counts; older checkpoints lack it."""
 TF_PREEMPTION_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
 """Coordination-service key TensorFlow's own SIGTERM handler writes (its value: the task)."""
 
@@ -70,35 +74,6 @@ class StopSignal:
     def request(self, reason: str) -> None:
         self.reason = reason
         self.event.set()
-
-
-def checkpoint_root(env: Mapping[str, str]) -> str:
-    value = env.get(contract.ENV_CHECKPOINT_DIR, "").strip()
-    if not value:
-        raise ContractError(
-            f"{contract.ENV_CHECKPOINT_DIR}: required (shared path or gs:// s3:// URI); "
-            f"got {env.get(contract.ENV_CHECKPOINT_DIR)!r}"
-        )
-    return value.rstrip("/")
-
-
-def _join(root: str, name: str) -> str:
-    return f"{root}/{name}"
-
-
-def _gfile() -> Any:
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
-def done_exists(root: str) -> bool:
-    try:
-        return _gfile().exists(_join(root, contract.DONE_MARKER))
-    except Exception as err:  # noqa: BLE001 - tf.errors.OpError without importing tf eagerly
-        raise CheckpointError(
-            f"{contract.ENV_CHECKPOINT_DIR}={root!r}: cannot access: {err}"
-        ) from None
 
 
 def resolve_cluster(env: Mapping[str, str]) -> contract.ClusterSpec:
@@ -164,66 +139,7 @@ class Worker:
 
     # --- set-up -----------------------------------------------------------------------------
     def _strategy(self) -> Any:
-        """The strategy for this pod's shape; :func:`runtime.configure` has run before.
-
-        N workers: MultiWorkerMirroredStrategy (all local GPUs of each worker, NCCL on GPUs
-        with ``--collective auto``; one CPU device per worker otherwise). One worker with
-        several GPUs, or with ``--cpu-devices`` > 1: MirroredStrategy over those devices. One
-        worker with one device: the default strategy (no collectives at all).
-        """
-        import tensorflow as tf
-
-        if self.spec.num_workers == 1:
-            gpus = tf.config.list_logical_devices("GPU")
-            if len(gpus) > 1:
-                ops = tf.distribute.NcclAllReduce() if self.config.collective == "nccl" else None
-                return tf.distribute.MirroredStrategy(cross_device_ops=ops)
-            if not gpus and self.config.cpu_devices > 1:
-                cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
-                return tf.distribute.MirroredStrategy(devices=cpus)
-            # One worker, one device: MultiWorkerMirroredStrategy would still run a collective
-            # all-reduce per step (measured 2-3x slower on CPU, docs/trainer.md).
-            return tf.distribute.get_strategy()
-        os.environ[contract.ENV_TF_CONFIG] = self.spec.tf_config_json()
-        self._configure_heartbeat()
-        impl = tf.distribute.experimental.CommunicationImplementation
-        options = tf.distribute.experimental.CommunicationOptions(
-            implementation={"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}[
-                self.config.collective
-            ],
-            # None: no per-collective timer thread (TensorFlow starts one per collective when a
-            # timeout is set); dead peers are found by the coordination-service heartbeat.
-            timeout_seconds=self.config.collective_timeout or None,
-        )
-        try:
-            return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-        except tf.errors.OpError as err:
-            raise PeerLostError(
-                f"cannot form the cluster {list(self.spec.workers)}: {_first(err)}"
-            ) from None
-
-    def _configure_heartbeat(self) -> bool:
-        """Configure the coordination service as the strategy would, plus our heartbeat timeout
-        (a dead peer is then detected in seconds). Returns False, with a warning, when
-        TensorFlow's private API for it is missing: the strategy then uses TF's defaults."""
-        import tensorflow as tf
-
-        api, why = runtime.coordination_api()
-        if api is None:
-            self.log.event(
-                "warning",
-                message=f"--heartbeat-timeout not applied, TensorFlow's default heartbeat is "
-                f"used: {why}",
-            )
-            return False
-        cluster = tf.train.ClusterSpec(self.spec.tf_config()["cluster"])
-        api.configure(
-            service_type="standalone",
-            service_leader=api.leader(cluster),
-            heartbeat_timeout_in_ms=int(self.config.heartbeat_timeout * 1000),
-            coordinated_jobs=[api.coordinated_job(name="worker", num_tasks=self.spec.num_workers)],
-        )
-        return True
+        return placement.strategy(self.config, self.spec, self.log)
 
     def train(self) -> None:
         import tensorflow as tf
@@ -406,94 +322,16 @@ class Worker:
     def _restore(
         self, tracked: Mapping[str, Any], step_var: Any, batch_var: Any, total: int
     ) -> int:
-        """Restore the latest checkpoint; returns the step to start at, in current global batches.
-
-        ``batch_var`` holds the current global batch on entry and on return. A checkpoint saved
-        with another global batch (another world size) has its step converted so that the
-        examples already seen are kept: ``step * saved_global_batch // global_batch``, at most
-        ``total``. Checkpoints without the global batch are taken as saved with the current one.
-        """
-        import tensorflow as tf
-
-        directory = _join(self.root, CHECKPOINTS_SUBDIR)
-        try:
-            latest = tf.train.latest_checkpoint(directory)
-            has_state = tf.io.gfile.exists(_join(directory, "checkpoint"))
-        except tf.errors.OpError as err:
-            raise CheckpointError(
-                f"{directory}: cannot read checkpoint state: {_first(err)}"
-            ) from None
-        if latest is None:
-            if has_state:
-                raise CheckpointError(
-                    f"{directory}/checkpoint: corrupt, or names a checkpoint whose files are "
-                    "missing; delete the directory to start over"
-                )
-            return 0
-        global_batch = int(batch_var.numpy())
-        try:
-            saved = tf.train.load_checkpoint(latest).has_tensor(
-                f"{GLOBAL_BATCH_KEY}/.ATTRIBUTES/VARIABLE_VALUE"
-            )
-            objects = {**tracked, GLOBAL_BATCH_KEY: batch_var} if saved else tracked
-            tf.train.Checkpoint(**objects).restore(latest).assert_existing_objects_matched()
-        except (tf.errors.OpError, AssertionError, ValueError) as err:
-            raise CheckpointError(
-                f"{latest}: cannot restore (corrupt, or saved by another model): {_first(err)}"
-            ) from None
-        saved_step, saved_batch = int(step_var.numpy()), int(batch_var.numpy())
-        explicit_epochs = self.config.steps_per_epoch > 0
-        converted = saved_step if explicit_epochs else saved_step * saved_batch // global_batch
-        step = min(converted, total)
-        batch_var.assign(global_batch)
-        step_var.assign(step)
-        optimizer = tracked.get("optimizer")
-        if optimizer is not None:
-            optimizer.iterations.assign(step)
-            replicas = max(1, global_batch // self.config.batch_size)
-            optimizer.learning_rate.assign(self.config.learning_rate_for(replicas))
-        if saved_batch != global_batch:
-            self.log.event(
-                "rescale",
-                saved_step=saved_step,
-                saved_global_batch=saved_batch,
-                global_batch=global_batch,
-                step=step,
-                reason="world size or --batch-size changed; "
-                + (
-                    "--steps-per-epoch is explicit: step kept"
-                    if explicit_epochs
-                    else "step converted to keep the examples already seen"
-                ),
-            )
-        self.metrics.resumes_total.inc()
-        self.metrics.checkpointed(step, _mtime(latest + ".index"))
-        self.metrics.step.set(step)
-        self.log.event("resume", step=step, checkpoint=latest)
-        return step
+        """See :func:`trainer.checkpoints.restore`."""
+        return checkpoints.restore(
+            self.root, tracked, step_var, batch_var, total, self.config, self.log, self.metrics
+        )
 
     def _manager(self, ckpt: Any) -> tuple[Any, str]:
-        import tensorflow as tf
-
-        if self.is_chief:
-            return tf.train.CheckpointManager(
-                ckpt, _join(self.root, CHECKPOINTS_SUBDIR), max_to_keep=3
-            ), ""
-        # Every worker takes part in a save (the multi-worker tutorial's rule); non-chief copies
-        # go to a private temporary directory, deleted after each save.
-        temp_dir = tempfile.mkdtemp(prefix=f"tfd-worker-{self.spec.task_index}-")
-        return tf.train.CheckpointManager(ckpt, temp_dir, max_to_keep=1), temp_dir
+        return checkpoints.manager(ckpt, self.root, self.is_chief, self.spec.task_index)
 
     def _save(self, manager: Any, step_var: Any, step: int, temp_dir: str) -> None:
-        t0 = time.time()
-        step_var.assign(step)
-        path = manager.save(checkpoint_number=step)
-        if temp_dir:
-            shutil.rmtree(temp_dir, ignore_errors=True)
-        self.metrics.checkpointed(step)
-        self.metrics.checkpoint_save_seconds.observe(time.time() - t0)
-        if self.is_chief:
-            self.log.event("checkpoint", step=step, path=path, seconds=round(time.time() - t0, 3))
+        checkpoints.save(manager, step_var, step, temp_dir, self.metrics, self.log, self.is_chief)
 
     def _watch_tf_preemption(self) -> None:
         """Turn TensorFlow's own preemption notice into the stop flag.
@@ -669,7 +507,7 @@ class Worker:
             weights_sha256=digest,
         )
         if self.is_chief:
-            model_path = _join(self.root, MODEL_FILE)
+            model_path = join(self.root, MODEL_FILE)
             try:
                 net.save(model_path)
             except (tf.errors.OpError, OSError, ValueError) as err:
@@ -687,8 +525,8 @@ class Worker:
                 "weights_sha256": digest,
                 "model": model_path,
             }
-            _write_text(_join(self.root, SUMMARY_FILE), json.dumps(summary) + "\n")
-            _write_text(_join(self.root, contract.DONE_MARKER), f"{step}\n")
+            write_text(join(self.root, SUMMARY_FILE), json.dumps(summary) + "\n")
+            write_text(join(self.root, contract.DONE_MARKER), f"{step}\n")
         if temp_dir:
             shutil.rmtree(temp_dir, ignore_errors=True)
         # Nobody leaves before the chief has written DONE: a worker that exits early would look
@@ -722,26 +560,6 @@ def weights_digest(net: Any) -> str:
     return h.hexdigest()
 
 
-def _write_text(path: str, text: str) -> None:
-    gfile = _gfile()
-    tmp = path + ".tmp"
-    with gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    gfile.rename(tmp, path, overwrite=True)
-
-
-def _mtime(path: str) -> float | None:
-    try:
-        return _gfile().stat(path).mtime_nsec / 1e9
-    except Exception:  # noqa: BLE001 - only a metric; object stores may not report it
-        return None
-
-
-def _first(err: BaseException) -> str:
-    text = getattr(err, "message", "") or str(err)
-    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
-
-
 def _classify(err: Any, num_workers: int) -> Exception:
     """Map a TensorFlow runtime error in the loop to the trainer's error tree."""
     import tensorflow as tf
@@ -753,11 +571,11 @@ def _classify(err: Any, num_workers: int) -> Exception:
         tf.errors.AbortedError,
     )
     if num_workers > 1 and isinstance(err, (*peer_errors, tf.errors.InternalError)):
-        return PeerLostError(f"a peer is gone or a collective timed out: {_first(err)}")
+        return PeerLostError(f"a peer is gone or a collective timed out: {first_line(err)}")
     if isinstance(err, tf.errors.InvalidArgumentError | tf.errors.DataLossError):
-        return DataError(f"training data: {_first(err)}")
+        return DataError(f"training data: {first_line(err)}")
     if isinstance(err, tf.errors.OutOfRangeError):
         # The pipelines are sized to the run: running out is a bug or a dataset that shrank
         # while training; restarting from the checkpoint would only run out again.
-        return DataError(f"training data ran out before the last step: {_first(err)}")
+        return DataError(f"training data ran out before the last step: {first_line(err)}")
     return err

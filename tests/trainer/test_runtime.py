@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer import contract, runtime, train
-from trainer.config import Config
+from trainer import contract, placement, runtime
 from trainer.local import worker_envs
 from trainer.logs import Log
-from trainer.metrics import Metrics
 
 
 def test_coordination_api_is_found_in_the_installed_tensorflow():
@@ -41,16 +39,8 @@ def test_missing_coordination_api_logs_and_keeps_the_default(
 
     env = worker_envs(2, str(tmp_path))[0]
     stream = io.StringIO()
-    worker = train.Worker(
-        Config(),
-        env,
-        contract.cluster_spec_from_env(env),
-        str(tmp_path),
-        Log(0, stream),
-        Metrics(),
-        train.StopSignal(),
-    )
-    assert worker._configure_heartbeat() is False
+    spec = contract.cluster_spec_from_env(env)
+    assert placement.configure_heartbeat(spec, 3.0, Log(0, stream)) is False
     events = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [e["event"] for e in events] == ["warning"], events
     assert "--heartbeat-timeout not applied" in events[0]["message"], events

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer import contract, train
+from trainer import checkpoints, contract, train
 from trainer.cli import Config
 from trainer.local import worker_envs
 from trainer.logs import Log
@@ -55,9 +55,9 @@ def test_restore_converts_step_to_global_batch(
     weights = tf.Variable([1.0, 2.0])
     objects = {"w": weights, "step": tf.Variable(saved_step, dtype=tf.int64)}
     if saved_batch is not None:
-        objects[train.GLOBAL_BATCH_KEY] = tf.Variable(saved_batch, dtype=tf.int64)
+        objects[checkpoints.GLOBAL_BATCH_KEY] = tf.Variable(saved_batch, dtype=tf.int64)
     tf.train.CheckpointManager(
-        tf.train.Checkpoint(**objects), str(tmp_path / train.CHECKPOINTS_SUBDIR), 3
+        tf.train.Checkpoint(**objects), str(tmp_path / checkpoints.CHECKPOINTS_SUBDIR), 3
     ).save(checkpoint_number=saved_step)
 
     weights.assign([0.0, 0.0])
@@ -131,9 +131,9 @@ def test_resize_keeps_optimizer_step_and_learning_rate(
             model=net,
             optimizer=opt,
             step=tf.Variable(saved_step, dtype=tf.int64),
-            **{train.GLOBAL_BATCH_KEY: tf.Variable(saved_batch, dtype=tf.int64)},
+            **{checkpoints.GLOBAL_BATCH_KEY: tf.Variable(saved_batch, dtype=tf.int64)},
         ),
-        str(tmp_path / train.CHECKPOINTS_SUBDIR),
+        str(tmp_path / checkpoints.CHECKPOINTS_SUBDIR),
         3,
     ).save(checkpoint_number=saved_step)
 
