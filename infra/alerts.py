@@ -21,6 +21,7 @@ import yaml
 
 from infra.config import ConfigError
 from trainer.contract import (
+    METRIC_CHECKPOINT_SAVE_SECONDS,
     METRIC_CHECKPOINT_TIMESTAMP,
     METRIC_COMPLETED,
     METRIC_RESUMES_TOTAL,
@@ -37,6 +38,7 @@ ALERT_CHECKPOINT_STALE = "TfdCheckpointTooOld"
 ALERT_RESTARTS = "TfdWorkersRestarting"
 ALERT_RESUMES = "TfdResumesRising"
 ALERT_WORKERS_MISSING = "TfdWorkersMissing"
+ALERT_CHECKPOINT_SLOW = "TfdCheckpointSavesSlow"
 
 _BY = "by (namespace, job)"
 _ON = "on (namespace, job)"
@@ -61,6 +63,10 @@ class AlertThresholds:
             more fires ``TfdResumesRising``.
         for_minutes: how long a condition must hold before an alert fires (minutes, 0-60,
             default 5).
+        checkpoint_save_max_seconds: 90th percentile of checkpoint save time over the restart
+            window above this (seconds, 1-3600, default 60) fires ``TfdCheckpointSavesSlow``:
+            every worker waits for each save, and a preempted pod must save within its grace
+            period.
     """
 
     stall_minutes: int = 15
@@ -69,6 +75,7 @@ class AlertThresholds:
     max_restarts: int = 3
     max_resumes: int = 3
     for_minutes: int = 5
+    checkpoint_save_max_seconds: int = 60
 
     def __post_init__(self) -> None:
         ranges = {
@@ -78,6 +85,7 @@ class AlertThresholds:
             "max_restarts": (0, 1000),
             "max_resumes": (0, 1000),
             "for_minutes": (0, 60),
+            "checkpoint_save_max_seconds": (1, 3600),
         }
         for key, (lo, hi) in ranges.items():
             value = getattr(self, key)
@@ -160,6 +168,19 @@ def alert_rules(thresholds: AlertThresholds | None = None) -> list[dict[str, Any
             "Fewer workers than the world size",
             f"Only {{{{ $value }}}} workers of {where} report metrics; the job was started "
             "with more. Collectives block until every worker is back.",
+        ),
+        _alert(
+            ALERT_CHECKPOINT_SLOW,
+            "histogram_quantile(0.9, sum by (namespace, job, le) "
+            f"(rate({METRIC_CHECKPOINT_SAVE_SECONDS}_bucket[{window}]))) "
+            f"> {t.checkpoint_save_max_seconds}",
+            t.for_minutes,
+            "warning",
+            "Checkpoint saves are slow",
+            f"90% of the checkpoint saves of {where} took up to "
+            f"{{{{ $value | humanizeDuration }}}} over the last {t.restart_window_minutes} "
+            f"minutes (limit {t.checkpoint_save_max_seconds} s); training waits for every "
+            "save, and a preempted worker must save within its grace period.",
         ),
     ]
 

@@ -212,7 +212,8 @@ class TrainingConfig:
         steps_per_epoch: >= 0 (0 = examples // global batch).
         checkpoint_every: global steps between checkpoints, >= 1.
         collective: ``auto``, ``ring`` or ``nccl`` (``nccl`` needs GPUs).
-        collective_timeout_seconds, heartbeat_timeout_seconds: 1-86399 s.
+        collective_timeout_seconds: 0-86399 s, 0 = off (dead peers found by the heartbeat).
+        heartbeat_timeout_seconds: 1-86399 s.
     """
 
     dataset: str
@@ -690,7 +691,7 @@ def parse_config(
     collective = r.choice("collective", contract.COLLECTIVES)
     if collective == "nccl" and gpus == 0:
         r.fail("collective", "'nccl' needs gpusPerWorker >= 1", collective)
-    collective_timeout = r.integer("collectiveTimeoutSeconds", 1, 86_399)
+    collective_timeout = r.integer("collectiveTimeoutSeconds", 0, 86_399)
     heartbeat_timeout = r.integer("heartbeatTimeoutSeconds", 1, 86_399)
     if collective_timeout >= grace:
         r.fail(

@@ -13,37 +13,13 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
+from trainer.config import LR_SCALING, ON_DONE, Config
 from trainer.contract import COLLECTIVES
 from trainer.errors import EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, TrainerError
 
-ON_DONE = ("idle", "exit")
 T = TypeVar("T", int, float)
-
-
-@dataclass(frozen=True)
-class Config:
-    """Validated trainer flags; see :func:`build_parser` for units, defaults and ranges."""
-
-    dataset: str = "synthetic"
-    epochs: int = 3
-    batch_size: int = 64
-    steps_per_epoch: int = 0
-    checkpoint_every: int = 200
-    steps_per_call: int = 16
-    collective: str = "auto"
-    collective_timeout: float = 30.0
-    heartbeat_timeout: float = 3.0
-    model: str = ""
-    seed: int = 1
-    learning_rate: float = 1e-3
-    synthetic_examples: int = 4096
-    on_done: str = "idle"
-    log_every: float = 5.0
-    intra_op_threads: int = 0
-    replicas_poll: float = 30.0
 
 
 def _bounded(cast: Callable[[str], T], rule: str, ok: Callable[[T], bool]) -> Callable[[str], T]:
@@ -64,6 +40,11 @@ def _bounded(cast: Callable[[str], T], rule: str, ok: Callable[[T], bool]) -> Ca
 _positive_int = _bounded(int, "an integer >= 1", lambda v: v >= 1)
 _non_negative_int = _bounded(int, "an integer >= 0", lambda v: v >= 0)
 _positive_seconds = _bounded(float, "a number of seconds in (0, 86400)", lambda v: 0 < v < 86_400)
+_seconds_or_off = _bounded(
+    float, "a number of seconds in [0, 86400), 0 = off", lambda v: 0 <= v < 86_400
+)
+_fraction = _bounded(float, "a number in [0, 0.5]", lambda v: 0 <= v <= 0.5)
+_cpu_devices = _bounded(int, "an integer in [1, 64]", lambda v: 1 <= v <= 64)
 _learning_rate = _bounded(float, "a number in (0, 10]", lambda v: 0 < v <= 10)
 
 
@@ -95,13 +76,15 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
         "--batch-size",
         type=_positive_int,
         default=Config.batch_size,
-        help="examples per worker per step (default 64); global batch = this x workers",
+        help="examples per replica per step (default 64); global batch = this x replicas "
+        "(one replica per GPU, or per worker on CPU)",
     )
     add(
         "--steps-per-epoch",
         type=_non_negative_int,
         default=Config.steps_per_epoch,
-        help="steps per epoch; 0 (default) = examples // global batch",
+        help="steps per epoch; 0 (default) = examples // global batch. When set, it is kept "
+        "after a world-size change (the step is not converted)",
     )
     add(
         "--checkpoint-every",
@@ -124,10 +107,11 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
     )
     add(
         "--collective-timeout",
-        type=_positive_seconds,
+        type=_seconds_or_off,
         default=Config.collective_timeout,
-        help="seconds a collective may wait for peers before failing (default 30); must exceed "
-        "the slowest checkpoint write",
+        help="seconds a collective may wait for peers before failing; 0 (default) = off, dead "
+        "peers are found by the heartbeat. TensorFlow starts a thread per collective when set "
+        "(meant for debugging); must exceed the slowest checkpoint write",
     )
     add(
         "--heartbeat-timeout",
@@ -142,18 +126,66 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
         help="'module:function' returning an uncompiled tf-keras model that outputs logits "
         "(default: the built-in CNN)",
     )
-    add("--seed", type=_non_negative_int, default=Config.seed, help="random seed (default 1)")
+    add(
+        "--loss",
+        type=_model_spec,
+        default=Config.loss,
+        help="'module:function' taking (labels, logits) and returning one loss per example "
+        "(default: sparse cross-entropy from logits)",
+    )
+    add(
+        "--num-classes",
+        type=_non_negative_int,
+        default=Config.num_classes,
+        help="classes (logits of the default model); 0 (default) = from the data's labels",
+    )
+    add(
+        "--seed",
+        type=_non_negative_int,
+        default=Config.seed,
+        help="seed of the data order, shuffling and initial weights (default 1)",
+    )
+    add(
+        "--deterministic",
+        action="store_true",
+        help="enable TensorFlow op determinism (slower; bit-identical runs where TF supports it)",
+    )
     add(
         "--learning-rate",
         type=_learning_rate,
         default=Config.learning_rate,
-        help="Adam learning rate (default 0.001)",
+        help="Adam learning rate (default 0.001), see --learning-rate-scaling",
+    )
+    add(
+        "--learning-rate-scaling",
+        choices=LR_SCALING,
+        default=Config.learning_rate_scaling,
+        help="'none' (default): the rate is --learning-rate at any world size; 'linear': "
+        "--learning-rate x replicas (the rate follows the global batch across resizes)",
     )
     add(
         "--synthetic-examples",
         type=_positive_int,
         default=Config.synthetic_examples,
         help="size of the synthetic dataset (default 4096)",
+    )
+    add(
+        "--eval-dataset",
+        default=Config.eval_dataset,
+        help="held-out data evaluated after each epoch (same forms as --dataset); default none",
+    )
+    add(
+        "--eval-split",
+        type=_fraction,
+        default=Config.eval_split,
+        help="fraction of an in-memory dataset held out for evaluation instead of "
+        "--eval-dataset (default 0 = none)",
+    )
+    add(
+        "--tensorboard-dir",
+        default=Config.tensorboard_dir,
+        help="TensorBoard summaries directory (local, gs://, s3://), written by the chief; "
+        "default none",
     )
     add(
         "--on-done",
@@ -175,6 +207,13 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
         help="TensorFlow intra-op threads; 0 (default) = TensorFlow's choice",
     )
     add(
+        "--cpu-devices",
+        type=_cpu_devices,
+        default=Config.cpu_devices,
+        help="split the CPU into N logical devices, one replica each (single worker only; "
+        "exercises multi-device placement without GPUs); default 1",
+    )
+    add(
         "--replicas-poll",
         type=_positive_seconds,
         default=Config.replicas_poll,
@@ -186,7 +225,13 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
 
 def parse_args(argv: Sequence[str] | None = None) -> Config:
     """Parse and validate flags. argparse exits with code 2 (``EXIT_USAGE``) on bad flags."""
-    ns = build_parser().parse_args(argv)
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.eval_dataset and ns.eval_split:
+        parser.error(
+            f"--eval-split: must be 0 when --eval-dataset is given; got {ns.eval_split} "
+            f"with --eval-dataset {ns.eval_dataset}"
+        )
     return Config(**vars(ns))
 
 

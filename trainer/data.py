@@ -1,18 +1,21 @@
 """Datasets: synthetic (default), MNIST, and user files (.npz or TFRecord; local, gs://, s3://).
 
-Every source is sharded by worker explicitly (``Dataset.shard`` or a file split) and the
+Every source is sharded by worker explicitly, record by record (``Dataset.shard``), and the
 automatic sharding of tf.distribute is switched off (``AutoShardPolicy.OFF``), so what each worker
-reads does not depend on graph rewrites. The stream of batches is a pure function of
-(seed, epoch, step), which lets a resumed worker start exactly at the restored step.
+reads does not depend on graph rewrites. Record sharding (rather than whole files per worker)
+gives every worker a share within one record of the others whatever the file sizes, so each
+example is read exactly once per epoch. Each worker's pipeline yields one per-replica batch per
+local replica and step. The stream of batches is a pure function of (seed, epoch, step), which
+lets a resumed worker start exactly at the restored step.
 
 TFRecord format: ``tf.train.Example`` with ``x`` (float_list, 784 values = 28x28x1, or
-``x_shape`` int64_list giving another shape) and ``y`` (int64 label).
+``x_shape`` int64_list giving another shape) and ``y`` (int64 label, 0 to classes - 1).
 """
 
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -69,7 +72,7 @@ def _arrays(name: str, x: Any, y: Any) -> Source:
     x = x.astype("float32")
     if x.max(initial=0.0) > 1.5:  # 0-255 pixels
         x = x / 255.0
-    num_classes = max(int(y.max()) + 1, NUM_CLASSES_DEFAULT)
+    num_classes = int(y.max()) + 1
     return Source(name, int(x.shape[0]), tuple(x.shape[1:]), num_classes, x=x, y=y.astype("int32"))
 
 
@@ -143,17 +146,41 @@ def load_tfrecords(pattern: str, count: bool = True) -> Source:
         if first is None:
             raise DataError(f"--dataset {files[0]}: TFRecord file is empty")
         x, _ = _parse_example(first)
-        total = sum(1 for _ in tf.data.TFRecordDataset(files)) if count else 0
+        total, top = _count_and_max_label(files) if count else (0, -1)
     except tf.errors.OpError as err:
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise DataError(
             f"--dataset {pattern}: not TFRecords of tf.train.Example with float 'x' and "
             f"int64 'y': {msg}"
         ) from None
-    # Labels are not scanned: the head has NUM_CLASSES_DEFAULT logits unless a custom model says
-    # otherwise.
+    if top < -1:
+        raise DataError(f"--dataset {pattern}: labels 'y' must be >= 0; found {top + 1}")
     shape = tuple(int(d) for d in x.shape)
-    return Source(pattern, total, shape, NUM_CLASSES_DEFAULT, files=tuple(files))
+    # Without the counting pass the classes are unknown (0): --num-classes or the model decide.
+    return Source(pattern, total, shape, top + 1, files=tuple(files))
+
+
+def _count_and_max_label(files: list[str]) -> tuple[int, int]:
+    """Records and largest label in one parallel pass (only ``y`` is parsed); a negative label
+    gives a largest label below -1 so the caller can refuse it."""
+    labels = (
+        tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)
+        .batch(4096)
+        .map(
+            lambda r: tf.io.parse_example(r, {"y": tf.io.FixedLenFeature([], tf.int64)})["y"],
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+    )
+    zero = tf.constant(0, tf.int64)
+    count, top, low = labels.reduce(
+        (zero, tf.constant(-1, tf.int64), zero),
+        lambda acc, y: (
+            acc[0] + tf.size(y, out_type=tf.int64),
+            tf.maximum(acc[1], tf.reduce_max(y)),
+            tf.minimum(acc[2], tf.reduce_min(y)),
+        ),
+    )
+    return int(count), (int(top) if int(low) >= 0 else int(low) - 1)
 
 
 def load(
@@ -200,6 +227,67 @@ def _isdir(path: str) -> bool:
         return False
 
 
+def split(source: Source, fraction: float, seed: int) -> tuple[Source, Source]:
+    """An in-memory source split into (training, held-out) by a permutation fixed by ``seed``.
+
+    Raises:
+        DataError: the source is TFRecord files, or a part would be empty.
+    """
+    if source.files or source.x is None or source.y is None:
+        raise DataError(
+            f"--eval-split: needs an in-memory dataset (synthetic, mnist, .npz); got TFRecords "
+            f"{source.name}: use --eval-dataset"
+        )
+    held = round(source.num_examples * fraction)
+    if not 0 < held < source.num_examples:
+        raise DataError(
+            f"--eval-split: {fraction} of {source.num_examples} examples leaves an empty part"
+        )
+    order = np.random.default_rng(seed).permutation(source.num_examples)
+    parts = []
+    for name, idx in ((source.name, order[held:]), (f"{source.name} (held out)", order[:held])):
+        parts.append(replace(source, name=name, num_examples=len(idx), x=source.x[idx],
+                             y=source.y[idx]))  # fmt: skip
+    return parts[0], parts[1]
+
+
+def eval_dataset(
+    source: Source,
+    *,
+    num_workers: int,
+    worker_index: int,
+    batch_size: int,
+    steps: int,
+    replicas_per_worker: int = 1,
+) -> tf.data.Dataset:
+    """This worker's share of ``steps`` evaluation steps: unshuffled per-replica batches, each
+    example at most once (the remainder that fills no global batch is not evaluated)."""
+    base = _records(source).shard(num_workers, worker_index)
+    if source.files:
+        base = base.map(_parse_example, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = (
+        base.batch(batch_size, drop_remainder=True)
+        .take(steps * replicas_per_worker)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options)
+
+
+def _records(source: Source) -> tf.data.Dataset:
+    """Every example of ``source`` in one fixed order (files read in parallel, interleaved)."""
+    if not source.files:
+        return tf.data.Dataset.from_tensor_slices((source.x, source.y))
+    files = tf.data.Dataset.from_tensor_slices(list(source.files))
+    return files.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(len(source.files), 16),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,  # the order must be the same on every worker for the sharding
+    )
+
+
 def worker_dataset(
     source: Source,
     *,
@@ -210,41 +298,39 @@ def worker_dataset(
     epochs: int,
     start_step: int,
     seed: int,
+    replicas_per_worker: int = 1,
 ) -> tf.data.Dataset:
-    """This worker's batches from global step ``start_step`` to the end of training.
+    """This worker's per-replica batches from global step ``start_step`` to the end of training.
 
-    Epoch ``e`` is this worker's shard shuffled with seed ``seed + e``, repeated as needed and cut
-    to ``steps_per_epoch`` batches of ``batch_size``; the first ``start_step % steps_per_epoch``
-    batches of the start epoch are skipped, so a resumed run sees what an uninterrupted one would
-    at the same ``num_workers`` and ``batch_size`` (another world size shards differently).
+    ``batch_size`` is the per-replica batch; each step takes ``replicas_per_worker`` batches
+    (one per local replica, as ``distribute_datasets_from_function`` hands them out). Epoch
+    ``e`` is this worker's shard (every ``num_workers``-th example) shuffled with seed
+    ``seed + e``, repeated only when ``steps_per_epoch`` asks for more than the shard holds,
+    and cut to ``steps_per_epoch x replicas_per_worker`` batches; the batches of the first
+    ``start_step % steps_per_epoch`` steps of the start epoch are skipped, so a resumed run sees
+    what an uninterrupted one would at the same world size and batch.
     """
-    if source.files:
-        files = list(source.files)
-        if len(files) >= num_workers:
-            base = tf.data.TFRecordDataset(files[worker_index::num_workers])
-        else:
-            base = tf.data.TFRecordDataset(files).shard(num_workers, worker_index)
+    files = source.files
+    base = _records(source).shard(num_workers, worker_index)
+    if files:
         base = base.map(_parse_example, num_parallel_calls=tf.data.AUTOTUNE)
-    else:
-        base = tf.data.Dataset.from_tensor_slices((source.x, source.y)).shard(
-            num_workers, worker_index
-        )
     per_worker = source.num_examples // num_workers
     buffer = min(_SHUFFLE_BUFFER, per_worker) if per_worker > 0 else _SHUFFLE_BUFFER
+    per_epoch = steps_per_epoch * replicas_per_worker
 
     def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
         return (
             base.shuffle(buffer, seed=tf.cast(seed, tf.int64) + epoch)
             .repeat()
             .batch(batch_size, drop_remainder=True)
-            .take(steps_per_epoch)
+            .take(per_epoch)
         )
 
     start_epoch = start_step // steps_per_epoch
     ds = (
         tf.data.Dataset.range(start_epoch, epochs)
         .flat_map(epoch_batches)
-        .skip(start_step % steps_per_epoch)
+        .skip((start_step % steps_per_epoch) * replicas_per_worker)
         .prefetch(tf.data.AUTOTUNE)
     )
     options = tf.data.Options()

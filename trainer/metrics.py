@@ -17,11 +17,16 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 from trainer import contract
 
 prometheus_client.disable_created_metrics()
+
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Per-step seconds: a GPU step of a small model to a large CPU step."""
+SAVE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""Checkpoint saves: tens of ms on a local disk to minutes for a large model on object storage."""
 
 
 class Metrics:
@@ -37,6 +42,37 @@ class Metrics:
             "Training steps run by this process.",
             registry=r,
         )
+        self.examples_total = Counter(
+            contract.METRIC_EXAMPLES_TOTAL.removesuffix("_total"),
+            "Global examples trained by the steps of this process.",
+            registry=r,
+        )
+        self.step_seconds = Histogram(
+            contract.METRIC_STEP_SECONDS,
+            "Seconds per training step (each call's time over its steps).",
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
+        self.checkpoint_save_seconds = Histogram(
+            contract.METRIC_CHECKPOINT_SAVE_SECONDS,
+            "Seconds one checkpoint save takes.",
+            buckets=SAVE_BUCKETS,
+            registry=r,
+        )
+        self.eval_loss = Gauge(
+            contract.METRIC_EVAL_LOSS, "Mean loss of the last evaluation pass.", registry=r
+        )
+        self.eval_accuracy = Gauge(
+            contract.METRIC_EVAL_ACCURACY,
+            "Accuracy (0-1) of the last evaluation pass.",
+            registry=r,
+        )
+        self.info = Info(
+            contract.METRIC_INFO.removesuffix("_info"),
+            "This worker's place in the job (labels).",
+            registry=r,
+        )
+        self.info.info({"task_index": str(task_index), "world_size": str(world_size)})
         self.examples_per_second = Gauge(
             contract.METRIC_EXAMPLES_PER_SECOND,
             "Global examples per second over the last interval.",
@@ -44,7 +80,7 @@ class Metrics:
         )
         self.loss = Gauge(contract.METRIC_LOSS, "Mean training loss, last interval.", registry=r)
         self.accuracy = Gauge(
-            contract.METRIC_ACCURACY, "Training accuracy (0-1), last interval.", registry=r
+            contract.METRIC_ACCURACY, "Training accuracy (0-1), last call.", registry=r
         )
         self.epoch = Gauge(contract.METRIC_EPOCH, "Current epoch (0-based).", registry=r)
         self.world_size = Gauge(contract.METRIC_WORLD_SIZE, "Number of workers.", registry=r)
@@ -79,6 +115,12 @@ class Metrics:
         self.task_index.set(task_index)
         self.world_size.set(world_size)
         self.ready = False
+
+    def stepped(self, steps: int, global_batch: int, seconds: float) -> None:
+        """Record one training call: ``steps`` steps of ``global_batch`` in ``seconds``."""
+        self.steps_total.inc(steps)
+        self.examples_total.inc(steps * global_batch)
+        self.step_seconds.observe(seconds / steps)
 
     def checkpointed(self, step: int, timestamp: float | None = None) -> None:
         """Record a checkpoint written (or restored) at ``step`` at Unix time ``timestamp``."""

@@ -35,29 +35,77 @@ def load_builder(spec: str) -> Callable[..., Any]:
     """
     if not spec:
         return default_cnn
+    return _import(spec, "--model")
+
+
+def sparse_cross_entropy(labels: Any, logits: Any) -> Any:
+    """The default loss: sparse categorical cross-entropy from logits, one value per example."""
+    import tensorflow as tf
+
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(tf.cast(labels, tf.int32), logits)
+
+
+def load_loss(spec: str) -> Callable[[Any, Any], Any]:
+    """``--loss module:function``: ``f(labels, logits)`` -> one loss per example; empty: the
+    default cross-entropy. Checked on a two-example batch of 3 logits.
+
+    Raises:
+        ModelError: cannot import, not callable, raises, or returns another shape.
+    """
+    if not spec:
+        return sparse_cross_entropy
+    import tensorflow as tf
+
+    func = _import(spec, "--loss")
+    try:
+        out = tf.convert_to_tensor(func(tf.constant([0, 2]), tf.zeros([2, 3])))
+    except Exception as err:  # noqa: BLE001 - user code may raise anything
+        raise ModelError(f"--loss {spec}: raised {type(err).__name__}: {err}") from None
+    if out.shape != (2,):
+        raise ModelError(
+            f"--loss {spec}: must return one loss per example (shape [2] for 2 examples); "
+            f"got shape {list(out.shape)}"
+        )
+    return func
+
+
+def _import(spec: str, flag: str) -> Callable[..., Any]:
     module_name, _, func_name = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # noqa: BLE001 - any import-time failure of user code
-        raise ModelError(f"--model {spec}: cannot import {module_name!r}: {err}") from None
+        raise ModelError(f"{flag} {spec}: cannot import {module_name!r}: {err}") from None
     func = getattr(module, func_name, None)
     if not callable(func):
-        raise ModelError(f"--model {spec}: {module_name!r} has no callable {func_name!r}")
+        raise ModelError(f"{flag} {spec}: {module_name!r} has no callable {func_name!r}")
     return func
 
 
 def build(spec: str, input_shape: tuple[int, ...], num_classes: int) -> Any:
     """Call the builder (with ``input_shape``/``num_classes`` when it accepts them).
 
-    Must be called under the strategy scope. The model must output ``num_classes`` logits.
+    Must be called under the strategy scope. ``num_classes`` comes from ``--num-classes`` or the
+    data's labels; 0 means unknown (TFRecords not counted). A builder that takes
+    ``num_classes`` must output exactly that many logits; one that does not may output any
+    width that covers the labels (its width is then the number of classes).
 
     Raises:
-        ModelError: the builder fails or does not return a tf-keras model with the right output.
+        ModelError: the builder fails, does not return a tf-keras model, or its output does not
+            fit the labels.
     """
     builder = load_builder(spec)
     name = spec or "default CNN"
     try:
         params = inspect.signature(builder).parameters
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        params = {}
+    wants_classes = "num_classes" in params
+    if wants_classes and num_classes < 1:
+        raise ModelError(
+            f"--model {name}: the number of classes is unknown (TFRecords are not counted when "
+            "--steps-per-epoch is given); set --num-classes"
+        )
+    try:
         kwargs = {
             k: v
             for k, v in (("input_shape", input_shape), ("num_classes", num_classes))
@@ -74,8 +122,13 @@ def build(spec: str, input_shape: tuple[int, ...], num_classes: int) -> Any:
     if not model.built:
         model.build((None, *input_shape))
     out = model.output_shape
-    if not isinstance(out, tuple) or out[-1] != num_classes:
+    width = out[-1] if isinstance(out, tuple) and len(out) == 2 else None
+    if width is None or (wants_classes and width != num_classes):
+        want = num_classes if wants_classes else "classes"
+        raise ModelError(f"--model {name}: output shape must be (None, {want}) logits; got {out}")
+    if width < num_classes:
         raise ModelError(
-            f"--model {name}: output shape must be (None, {num_classes}) logits; got {out}"
+            f"--model {name}: output width must cover the labels 0-{num_classes - 1} "
+            f"({num_classes} logits); got {width}"
         )
     return model

@@ -1,4 +1,4 @@
-"""One worker's training run under MultiWorkerMirroredStrategy, with a custom training loop.
+"""One worker's training run (strategy from trainer.placement) with a custom training loop.
 
 Why a custom loop over tf-keras ``model.fit``: it gives exact step-level checkpoints, a stop
 flag all workers agree on between ``tf.function`` calls (SIGTERM on one pod, world-size change),
@@ -20,15 +20,22 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-from trainer import contract, k8s
-from trainer.cli import Config
+from trainer import checkpoints, contract, k8s, placement, runtime
+from trainer.checkpoints import (
+    GLOBAL_BATCH_KEY,
+    checkpoint_root,
+    done_exists,
+    first_line,
+    join,
+    write_text,
+)
+from trainer.config import Config
 from trainer.errors import (
     EXIT_OK,
     CheckpointError,
@@ -36,15 +43,15 @@ from trainer.errors import (
     DataError,
     PeerLostError,
     RestartRequested,
+    UsageError,
 )
+from trainer.evaluate import Evaluator
 from trainer.logs import Log
 from trainer.metrics import Metrics, MetricsServer
+from trainer.summaries import Summaries
 
-CHECKPOINTS_SUBDIR = "checkpoints"
 MODEL_FILE = "model.keras"
 SUMMARY_FILE = "summary.json"
-GLOBAL_BATCH_KEY = "global_batch"
-"""Checkpoint attribute holding the global batch its step counts; older checkpoints lack it."""
 TF_PREEMPTION_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
 """Coordination-service key TensorFlow's own SIGTERM handler writes (its value: the task)."""
 
@@ -67,35 +74,6 @@ class StopSignal:
     def request(self, reason: str) -> None:
         self.reason = reason
         self.event.set()
-
-
-def checkpoint_root(env: Mapping[str, str]) -> str:
-    value = env.get(contract.ENV_CHECKPOINT_DIR, "").strip()
-    if not value:
-        raise ContractError(
-            f"{contract.ENV_CHECKPOINT_DIR}: required (shared path or gs:// s3:// URI); "
-            f"got {env.get(contract.ENV_CHECKPOINT_DIR)!r}"
-        )
-    return value.rstrip("/")
-
-
-def _join(root: str, name: str) -> str:
-    return f"{root}/{name}"
-
-
-def _gfile() -> Any:
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
-def done_exists(root: str) -> bool:
-    try:
-        return _gfile().exists(_join(root, contract.DONE_MARKER))
-    except Exception as err:  # noqa: BLE001 - tf.errors.OpError without importing tf eagerly
-        raise CheckpointError(
-            f"{contract.ENV_CHECKPOINT_DIR}={root!r}: cannot access: {err}"
-        ) from None
 
 
 def resolve_cluster(env: Mapping[str, str]) -> contract.ClusterSpec:
@@ -156,74 +134,29 @@ class Worker:
         self.metrics = metrics
         self.stop = stop
         self.world_changed = threading.Event()
+        self.evaluate: Callable[[], tuple[float, float]] | None = None
+        self.summaries = Summaries("")
 
     # --- set-up -----------------------------------------------------------------------------
     def _strategy(self) -> Any:
-        import tensorflow as tf
-        from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
-        from tensorflow.python.distribute import multi_worker_util
-        from tensorflow.python.eager import context
-
-        if self.config.intra_op_threads:
-            tf.config.threading.set_intra_op_parallelism_threads(self.config.intra_op_threads)
-        if self.spec.num_workers == 1:
-            # One worker needs no collectives: MultiWorkerMirroredStrategy would still run a
-            # collective all-reduce per step (measured 2-3x slower on CPU, docs/trainer.md).
-            return tf.distribute.get_strategy()
-        os.environ[contract.ENV_TF_CONFIG] = self.spec.tf_config_json()
-        cluster = tf.train.ClusterSpec(self.spec.tf_config()["cluster"])
-        # Same coordination service the strategy would configure itself, plus our heartbeat
-        # timeout: a dead peer is then detected in seconds instead of the default minutes.
-        context.context().configure_coordination_service(
-            service_type="standalone",
-            service_leader=multi_worker_util.coordination_leader(cluster),
-            heartbeat_timeout_in_ms=int(self.config.heartbeat_timeout * 1000),
-            coordinated_jobs=[
-                coordination_config_pb2.CoordinatedJob(
-                    name="worker", num_tasks=self.spec.num_workers
-                )
-            ],
-        )
-        impl = tf.distribute.experimental.CommunicationImplementation
-        options = tf.distribute.experimental.CommunicationOptions(
-            implementation={"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}[
-                self.config.collective
-            ],
-            timeout_seconds=self.config.collective_timeout,
-        )
-        try:
-            return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-        except tf.errors.OpError as err:
-            raise PeerLostError(
-                f"cannot form the cluster {list(self.spec.workers)}: {_first(err)}"
-            ) from None
+        return placement.strategy(self.config, self.spec, self.log)
 
     def train(self) -> None:
         import tensorflow as tf
+        import tf_keras
 
         from trainer import data, model
 
         cfg = self.config
         n = self.spec.num_workers
-        source = data.load(
-            cfg.dataset,
-            cfg.seed,
-            cfg.synthetic_examples,
-            self.root,
-            self.is_chief,
-            count=cfg.steps_per_epoch == 0,
-        )
-        global_batch = cfg.batch_size * n
-        spe = cfg.steps_per_epoch or source.num_examples // global_batch
-        if spe < 1:
-            raise DataError(
-                f"--dataset {cfg.dataset}: {source.num_examples} examples give no full global "
-                f"batch of {global_batch} (--batch-size {cfg.batch_size} x {n} workers)"
+        if cfg.cpu_devices > 1 and n > 1:
+            raise UsageError(
+                f"--cpu-devices: must be 1 with several workers (MultiWorkerMirroredStrategy "
+                f"uses one CPU device per worker); got {cfg.cpu_devices} with {n} workers"
             )
-        total = spe * cfg.epochs
-        tf.random.set_seed(cfg.seed)
-
         t_launch = time.time()
+        # Before anything that runs a TensorFlow op (data loading, the user's model module).
+        runtime.configure(cfg)
         self.log.event("forming", workers=n, task_index=self.spec.task_index)
         strategy = self._strategy()
         # The coordination service installs its own C++ SIGTERM handler (TensorFlow's preemption
@@ -232,10 +165,38 @@ class Worker:
         self.stop.install()
         if n > 1:
             self._watch_tf_preemption()
+        if self.is_chief and cfg.tensorboard_dir:
+            self.summaries = Summaries(cfg.tensorboard_dir)
+
+        source = data.load(
+            cfg.dataset,
+            cfg.seed,
+            cfg.synthetic_examples,
+            self.root,
+            self.is_chief,
+            count=cfg.steps_per_epoch == 0,
+        )
+        eval_source = None
+        if cfg.eval_split:
+            source, eval_source = data.split(source, cfg.eval_split, cfg.seed)
+        elif cfg.eval_dataset:
+            eval_source = data.load(
+                cfg.eval_dataset, cfg.seed + 1, cfg.synthetic_examples, self.root, self.is_chief
+            )
+        replicas = strategy.num_replicas_in_sync
+        global_batch = cfg.batch_size * replicas
+        spe = cfg.steps_per_epoch or source.num_examples // global_batch
+        if spe < 1:
+            raise DataError(
+                f"--dataset {cfg.dataset}: {source.num_examples} examples give no full global "
+                f"batch of {global_batch} (--batch-size {cfg.batch_size} x {replicas} replicas)"
+            )
+        total = spe * cfg.epochs
+        num_classes = self._num_classes(source.num_classes)
         self.metrics.ready = True
         with strategy.scope():
-            net = model.build(cfg.model, source.input_shape, source.num_classes)
-            optimizer = tf.keras.optimizers.Adam(cfg.learning_rate)
+            net = model.build(cfg.model, source.input_shape, num_classes)
+            optimizer = tf_keras.optimizers.Adam(cfg.learning_rate_for(replicas))
             optimizer.build(net.trainable_variables)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             # The step counts global batches: a restart with another world size converts it.
@@ -244,6 +205,8 @@ class Worker:
             )
             # Loss and accuracy of the last completed epoch: the summary survives a restart.
             last_metrics = tf.Variable([0.0, 0.0], trainable=False, name="last_epoch_metrics")
+            # Loss and accuracy of the last evaluation pass (absent from older checkpoints).
+            last_eval = tf.Variable([-1.0, -1.0], trainable=False, name="last_eval_metrics")
             sums = tf.Variable(
                 tf.zeros(3),
                 trainable=False,
@@ -256,6 +219,7 @@ class Worker:
             "optimizer": optimizer,
             "step": step_var,
             "last_metrics": last_metrics,
+            "last_eval": last_eval,
         }
         ckpt = tf.train.Checkpoint(**tracked, **{GLOBAL_BATCH_KEY: batch_var})
         start = self._restore(tracked, step_var, batch_var, total)
@@ -266,6 +230,7 @@ class Worker:
                 source,
                 num_workers=ctx.num_input_pipelines,
                 worker_index=ctx.input_pipeline_id,
+                replicas_per_worker=ctx.num_replicas_in_sync // ctx.num_input_pipelines,
                 batch_size=ctx.get_per_replica_batch_size(global_batch),
                 steps_per_epoch=spe,
                 epochs=cfg.epochs,
@@ -274,9 +239,10 @@ class Worker:
             )
 
         iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
-        loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction=tf.keras.losses.Reduction.NONE
-        )
+        loss_fn = model.load_loss(cfg.loss)
+        if eval_source is not None:
+            evaluator = Evaluator(strategy, net, loss_fn, eval_source, global_batch)
+            self.evaluate = lambda: self._evaluate(evaluator, last_eval)
 
         def step_fn(x: tf.Tensor, y: tf.Tensor) -> None:
             with tf.GradientTape() as tape:
@@ -316,6 +282,8 @@ class Worker:
         self.log.event(
             "start",
             workers=n,
+            replicas=replicas,
+            num_classes=int(net.output_shape[-1]),
             task_index=self.spec.task_index,
             pid=os.getpid(),
             start_step=start,
@@ -328,91 +296,42 @@ class Worker:
         step, rate = self._loop(
             train_call, manager, temp_dir, step_var, last_metrics, start, total, spe, global_batch
         )
-        self._finish(strategy, net, manager, step_var, last_metrics, step, rate, temp_dir)
+        self._finish(
+            strategy, net, manager, step_var, (last_metrics, last_eval), step, rate, temp_dir
+        )
 
     @property
     def is_chief(self) -> bool:
         return self.spec.is_chief
 
+    def _evaluate(self, evaluator: Evaluator, last_eval: Any) -> tuple[float, float]:
+        loss, acc = evaluator()
+        last_eval.assign([loss, acc])
+        return loss, acc
+
+    def _num_classes(self, from_data: int) -> int:
+        """``--num-classes``, else the data's (0: unknown, the model's output width decides)."""
+        flag = self.config.num_classes
+        if flag and from_data > flag:
+            raise DataError(
+                f"--num-classes: must cover the labels 0-{from_data - 1} of --dataset "
+                f"{self.config.dataset}; got {flag}"
+            )
+        return flag or from_data
+
     def _restore(
         self, tracked: Mapping[str, Any], step_var: Any, batch_var: Any, total: int
     ) -> int:
-        """Restore the latest checkpoint; returns the step to start at, in current global batches.
-
-        ``batch_var`` holds the current global batch on entry and on return. A checkpoint saved
-        with another global batch (another world size) has its step converted so that the
-        examples already seen are kept: ``step * saved_global_batch // global_batch``, at most
-        ``total``. Checkpoints without the global batch are taken as saved with the current one.
-        """
-        import tensorflow as tf
-
-        directory = _join(self.root, CHECKPOINTS_SUBDIR)
-        try:
-            latest = tf.train.latest_checkpoint(directory)
-            has_state = tf.io.gfile.exists(_join(directory, "checkpoint"))
-        except tf.errors.OpError as err:
-            raise CheckpointError(
-                f"{directory}: cannot read checkpoint state: {_first(err)}"
-            ) from None
-        if latest is None:
-            if has_state:
-                raise CheckpointError(
-                    f"{directory}/checkpoint: corrupt, or names a checkpoint whose files are "
-                    "missing; delete the directory to start over"
-                )
-            return 0
-        global_batch = int(batch_var.numpy())
-        try:
-            saved = tf.train.load_checkpoint(latest).has_tensor(
-                f"{GLOBAL_BATCH_KEY}/.ATTRIBUTES/VARIABLE_VALUE"
-            )
-            objects = {**tracked, GLOBAL_BATCH_KEY: batch_var} if saved else tracked
-            tf.train.Checkpoint(**objects).restore(latest).assert_existing_objects_matched()
-        except (tf.errors.OpError, AssertionError, ValueError) as err:
-            raise CheckpointError(
-                f"{latest}: cannot restore (corrupt, or saved by another model): {_first(err)}"
-            ) from None
-        saved_step, saved_batch = int(step_var.numpy()), int(batch_var.numpy())
-        step = min(saved_step * saved_batch // global_batch, total)
-        batch_var.assign(global_batch)
-        step_var.assign(step)
-        if saved_batch != global_batch:
-            self.log.event(
-                "rescale",
-                saved_step=saved_step,
-                saved_global_batch=saved_batch,
-                global_batch=global_batch,
-                step=step,
-                reason="world size or --batch-size changed; step converted to keep the "
-                "examples already seen",
-            )
-        self.metrics.resumes_total.inc()
-        self.metrics.checkpointed(step, _mtime(latest + ".index"))
-        self.metrics.step.set(step)
-        self.log.event("resume", step=step, checkpoint=latest)
-        return step
+        """See :func:`trainer.checkpoints.restore`."""
+        return checkpoints.restore(
+            self.root, tracked, step_var, batch_var, total, self.config, self.log, self.metrics
+        )
 
     def _manager(self, ckpt: Any) -> tuple[Any, str]:
-        import tensorflow as tf
-
-        if self.is_chief:
-            return tf.train.CheckpointManager(
-                ckpt, _join(self.root, CHECKPOINTS_SUBDIR), max_to_keep=3
-            ), ""
-        # Every worker takes part in a save (the multi-worker tutorial's rule); non-chief copies
-        # go to a private temporary directory, deleted after each save.
-        temp_dir = tempfile.mkdtemp(prefix=f"tfd-worker-{self.spec.task_index}-")
-        return tf.train.CheckpointManager(ckpt, temp_dir, max_to_keep=1), temp_dir
+        return checkpoints.manager(ckpt, self.root, self.is_chief, self.spec.task_index)
 
     def _save(self, manager: Any, step_var: Any, step: int, temp_dir: str) -> None:
-        t0 = time.time()
-        step_var.assign(step)
-        path = manager.save(checkpoint_number=step)
-        if temp_dir:
-            shutil.rmtree(temp_dir, ignore_errors=True)
-        self.metrics.checkpointed(step)
-        if self.is_chief:
-            self.log.event("checkpoint", step=step, path=path, seconds=round(time.time() - t0, 3))
+        checkpoints.save(manager, step_var, step, temp_dir, self.metrics, self.log, self.is_chief)
 
     def _watch_tf_preemption(self) -> None:
         """Turn TensorFlow's own preemption notice into the stop flag.
@@ -481,6 +400,7 @@ class Worker:
                 to_epoch = spe - step % spe
                 k = min(cfg.steps_per_call, to_ckpt, to_epoch, total - step)
                 want_stop = self.stop.event.is_set() or self.world_changed.is_set()
+                t_call = time.time()
                 out = train_call(
                     tf.constant(k, tf.int64), tf.constant(1.0 if want_stop else 0.0)
                 ).numpy()
@@ -495,7 +415,7 @@ class Worker:
                 loss_sum, correct, count, stop_votes = (float(v) for v in out)
                 interval = (loss_sum, correct, count)
                 epoch_sums = [a + b for a, b in zip(epoch_sums, interval, strict=True)]
-                self.metrics.steps_total.inc(k)
+                self.metrics.stepped(k, global_batch, now - t_call)
                 self.metrics.step.set(step)
                 self.metrics.epoch.set(step // spe if step < total else cfg.epochs - 1)
                 if count:
@@ -506,10 +426,32 @@ class Worker:
                     last_metrics.assign([loss, acc])
                     ep = step // spe - 1
                     self.log.event("epoch", epoch=ep, step=step, loss=loss, accuracy=acc)
+                    self.summaries.scalars(step, {"train/epoch_loss": loss,
+                                                  "train/epoch_accuracy": acc})  # fmt: skip
                     epoch_sums = [0.0, 0.0, 0.0]
+                if step % spe == 0 and self.evaluate is not None:
+                    eval_loss, eval_acc = self.evaluate()
+                    self.metrics.eval_loss.set(eval_loss)
+                    self.metrics.eval_accuracy.set(eval_acc)
+                    self.log.event(
+                        "eval", epoch=step // spe - 1, step=step, loss=eval_loss, accuracy=eval_acc
+                    )
+                    self.summaries.scalars(
+                        step, {"eval/loss": eval_loss, "eval/accuracy": eval_acc}
+                    )
+                    self.summaries.flush()
                 if now - t_log >= cfg.log_every or step == total:
                     rate = steps_since_log * global_batch / max(now - t_log, 1e-9)
                     self.metrics.examples_per_second.set(rate)
+                    if count:
+                        self.summaries.scalars(
+                            step,
+                            {
+                                "train/loss": loss_sum / count,
+                                "train/accuracy": correct / count,
+                                "train/examples_per_second": rate,
+                            },
+                        )
                     self.log.event(
                         "progress",
                         step=step,
@@ -543,15 +485,19 @@ class Worker:
         net: Any,
         manager: Any,
         step_var: Any,
-        last_metrics: Any,
+        figures: tuple[Any, Any],
         step: int,
         rate: float,
         temp_dir: str,
     ) -> None:
         import tensorflow as tf
 
+        last_metrics, last_eval = figures
         loss, acc = (float(v) for v in last_metrics.numpy())
+        eval_loss, eval_acc = (float(v) for v in last_eval.numpy())
+        evaluated = self.evaluate is not None and eval_loss >= 0
         digest = weights_digest(net)
+        self.summaries.flush()
         self.log.event(
             "trained",
             step=step,
@@ -561,7 +507,7 @@ class Worker:
             weights_sha256=digest,
         )
         if self.is_chief:
-            model_path = _join(self.root, MODEL_FILE)
+            model_path = join(self.root, MODEL_FILE)
             try:
                 net.save(model_path)
             except (tf.errors.OpError, OSError, ValueError) as err:
@@ -572,11 +518,15 @@ class Worker:
                 "loss": loss,
                 "accuracy": acc,
                 "examples_per_sec": rate,
+                "eval_loss": eval_loss if evaluated else None,
+                "eval_accuracy": eval_acc if evaluated else None,
+                "replicas": strategy.num_replicas_in_sync,
+                "num_classes": int(net.output_shape[-1]),
                 "weights_sha256": digest,
                 "model": model_path,
             }
-            _write_text(_join(self.root, SUMMARY_FILE), json.dumps(summary) + "\n")
-            _write_text(_join(self.root, contract.DONE_MARKER), f"{step}\n")
+            write_text(join(self.root, SUMMARY_FILE), json.dumps(summary) + "\n")
+            write_text(join(self.root, contract.DONE_MARKER), f"{step}\n")
         if temp_dir:
             shutil.rmtree(temp_dir, ignore_errors=True)
         # Nobody leaves before the chief has written DONE: a worker that exits early would look
@@ -610,26 +560,6 @@ def weights_digest(net: Any) -> str:
     return h.hexdigest()
 
 
-def _write_text(path: str, text: str) -> None:
-    gfile = _gfile()
-    tmp = path + ".tmp"
-    with gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    gfile.rename(tmp, path, overwrite=True)
-
-
-def _mtime(path: str) -> float | None:
-    try:
-        return _gfile().stat(path).mtime_nsec / 1e9
-    except Exception:  # noqa: BLE001 - only a metric; object stores may not report it
-        return None
-
-
-def _first(err: BaseException) -> str:
-    text = getattr(err, "message", "") or str(err)
-    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
-
-
 def _classify(err: Any, num_workers: int) -> Exception:
     """Map a TensorFlow runtime error in the loop to the trainer's error tree."""
     import tensorflow as tf
@@ -641,7 +571,11 @@ def _classify(err: Any, num_workers: int) -> Exception:
         tf.errors.AbortedError,
     )
     if num_workers > 1 and isinstance(err, (*peer_errors, tf.errors.InternalError)):
-        return PeerLostError(f"a peer is gone or a collective timed out: {_first(err)}")
+        return PeerLostError(f"a peer is gone or a collective timed out: {first_line(err)}")
     if isinstance(err, tf.errors.InvalidArgumentError | tf.errors.DataLossError):
-        return DataError(f"training data: {_first(err)}")
+        return DataError(f"training data: {first_line(err)}")
+    if isinstance(err, tf.errors.OutOfRangeError):
+        # The pipelines are sized to the run: running out is a bug or a dataset that shrank
+        # while training; restarting from the checkpoint would only run out again.
+        return DataError(f"training data ran out before the last step: {first_line(err)}")
     return err

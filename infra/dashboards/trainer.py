@@ -16,14 +16,19 @@ from typing import Any
 
 from trainer.contract import (
     METRIC_ACCURACY,
+    METRIC_CHECKPOINT_SAVE_SECONDS,
     METRIC_CHECKPOINT_STEP,
     METRIC_CHECKPOINT_TIMESTAMP,
     METRIC_COMPLETED,
     METRIC_EPOCH,
+    METRIC_EVAL_ACCURACY,
+    METRIC_EVAL_LOSS,
     METRIC_EXAMPLES_PER_SECOND,
+    METRIC_EXAMPLES_TOTAL,
     METRIC_LOSS,
     METRIC_RESUMES_TOTAL,
     METRIC_STEP,
+    METRIC_STEP_SECONDS,
     METRIC_STEPS_TOTAL,
     METRIC_WORLD_SIZE,
 )
@@ -67,6 +72,13 @@ def _panel(
             _target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(targets)
         ],
     }
+
+
+def _quantile(q: float, histogram: str) -> str:
+    return (
+        f"histogram_quantile({q}, sum by (namespace, le) "
+        f"(rate({histogram}_bucket{_SEL}[$__rate_interval])))"
+    )
 
 
 def _panels() -> list[dict[str, Any]]:
@@ -142,13 +154,38 @@ def _panels() -> list[dict[str, Any]]:
             [
                 (f"max by (namespace) ({METRIC_EXAMPLES_PER_SECOND}{_SEL})", f"{by_ns} ex/s"),
                 (
+                    # Every worker counts the global examples of its steps: max, not sum.
+                    f"max by (namespace) (rate({METRIC_EXAMPLES_TOTAL}{_SEL}[$__rate_interval]))",
+                    f"{by_ns} ex/s (rate)",
+                ),
+                (
                     f"sum by (namespace) (rate({METRIC_STEPS_TOTAL}{_SEL}[$__rate_interval]))",
                     f"{by_ns} steps/s (all workers)",
                 ),
             ],
             "short",
             (12, 8),
-            "Global examples per second, and steps per second summed over workers.",
+            "Global examples per second (last log interval, and the counter's rate), and steps "
+            "per second summed over workers.",
+        ),
+        _panel(
+            "timeseries",
+            "Step time",
+            [(_quantile(q, METRIC_STEP_SECONDS), f"{by_ns} p{round(q * 100)}") for q in (0.5, 0.9)],
+            "s",
+            (12, 8),
+            "Seconds per training step, median and 90th percentile over all workers.",
+        ),
+        _panel(
+            "timeseries",
+            "Checkpoint save time",
+            [
+                (_quantile(q, METRIC_CHECKPOINT_SAVE_SECONDS), f"{by_ns} p{round(q * 100)}")
+                for q in (0.5, 0.9)
+            ],
+            "s",
+            (12, 8),
+            "Seconds one checkpoint save takes (every worker waits for it).",
         ),
         _panel(
             "timeseries",
@@ -167,6 +204,18 @@ def _panels() -> list[dict[str, Any]]:
             "Training accuracy reported by each worker.",
             min=0,
             max=1,
+        ),
+        _panel(
+            "timeseries",
+            "Evaluation",
+            [
+                (f"max by (namespace) ({METRIC_EVAL_LOSS}{_SEL})", f"{by_ns} loss"),
+                (f"max by (namespace) ({METRIC_EVAL_ACCURACY}{_SEL})", f"{by_ns} accuracy"),
+            ],
+            "none",
+            (12, 8),
+            "Loss and accuracy of the last evaluation pass (--eval-dataset or --eval-split; "
+            "0 before the first or without one).",
         ),
         _panel(
             "timeseries",

@@ -90,6 +90,13 @@ INVALID = [
         "must exceed collectiveTimeoutSeconds (60)",
         "30",
     ),
+    (
+        "dev",
+        {P + "collectiveTimeoutSeconds": -1},
+        "collectiveTimeoutSeconds",
+        "must be an integer in [0, 86399]",
+        "-1",
+    ),
     ("dev", {P + "checkpointRetention": "Keep"}, "checkpointRetention", "Retain, Delete", "'Keep'"),
     ("dev", {P + "monitoringEnabled": "yes"}, "monitoringEnabled", "boolean", "'yes'"),
     (
@@ -218,6 +225,14 @@ def test_stack_files_parse(stack):
     values, secret_keys = stack_config(stack)
     cfg = parse_config(values, secret_keys, {})
     assert cfg.namespace == f"tfd-{stack}", f"Pulumi.{stack}.yaml: namespace {cfg.namespace}"
+
+
+def test_collective_timeout_off_by_default():
+    """0 (the default) turns the trainer's per-collective timeout off; a value still works."""
+    default = parse_config(*stack_config("dev"), {})
+    assert default.training.collective_timeout_seconds == 0
+    with_timeout = parse_config(*stack_config("dev", {P + "collectiveTimeoutSeconds": 20}), {})
+    assert with_timeout.training.collective_timeout_seconds == 20
 
 
 def test_stack_settings_per_issue():

@@ -70,6 +70,7 @@ def metric_names(expr: str) -> set[str]:
         ('a_total{x="y", z=~"$ns"} unless on (job) (max by (job) (b) == 1)', {"a_total", "b"}),
         ("time() - max by (job) (c_seconds > 0) > 3600", {"c_seconds"}),
         ("sum(rate(up[$__rate_interval]))", {"up"}),
+        ("histogram_quantile(0.9, sum by (le) (rate(d_bucket[5m]))) > 60", {"d_bucket"}),
     ],
 )
 def test_metric_names_extracts_every_metric(expr: str, expected: set[str]) -> None:
@@ -79,11 +80,17 @@ def test_metric_names_extracts_every_metric(expr: str, expected: set[str]) -> No
 # --- Alerts. ---
 
 
+CONTRACT_SERIES = set(contract.METRIC_NAMES) | {
+    f"{h}_{part}" for h in contract.HISTOGRAMS for part in ("bucket", "sum", "count")
+}
+"""Every series name the trainer exposes: the contract names plus each histogram's series."""
+
+
 def test_every_alert_uses_only_contract_metrics() -> None:
     for rule in alerts.alert_rules():
         names = metric_names(rule["expr"])
         assert names, f"alert {rule['alert']}: no metric in {rule['expr']!r}"
-        unknown = names - set(contract.METRIC_NAMES)
+        unknown = names - CONTRACT_SERIES
         assert not unknown, f"alert {rule['alert']}: not in contract.METRIC_NAMES: {unknown}"
 
 
@@ -142,6 +149,7 @@ T = alerts.AlertThresholds(
     max_restarts=2,
     max_resumes=2,
     for_minutes=2,
+    checkpoint_save_max_seconds=30,
 )
 NS, JOB = "training", "training/tfd-workers"
 LBL = f'namespace="{NS}", job="{JOB}"'
@@ -162,6 +170,17 @@ def _silent(alert: str, at_min: int) -> dict[str, Any]:
 
 def _case(series: list[dict[str, str]], checks: list[dict[str, Any]]) -> dict[str, Any]:
     return {"interval": "1m", "input_series": series, "alert_rule_test": checks}
+
+
+def _bucket(histogram: str, le: str, values: str) -> dict[str, str]:
+    return {
+        "series": f'{histogram}_bucket{{{LBL}, pod="tfd-worker-0", le="{le}"}}',
+        "values": values,
+    }
+
+
+SLOW_SAVES = [("10", "0x30"), ("60", "0+1x30"), ("+Inf", "0+1x30")]
+FAST_SAVES = [("1", "0+1x30"), ("10", "0+1x30"), ("60", "0+1x30"), ("+Inf", "0+1x30")]
 
 
 # Each case: input series (1 sample a minute from t=0) and when each alert must / must not fire.
@@ -236,6 +255,15 @@ PROMTOOL_CASES = {
         ],
         [_fires(alerts.ALERT_WORKERS_MISSING, T.for_minutes + 3, "critical")],
     ),
+    "slow checkpoint saves fire": _case(
+        # One save a minute, each in the (10, 60] s bucket: the 90th percentile is above 30 s.
+        [_bucket(contract.METRIC_CHECKPOINT_SAVE_SECONDS, le, v) for le, v in SLOW_SAVES],
+        [_fires(alerts.ALERT_CHECKPOINT_SLOW, T.for_minutes + 5, "warning")],
+    ),
+    "fast checkpoint saves are silent": _case(
+        [_bucket(contract.METRIC_CHECKPOINT_SAVE_SECONDS, le, v) for le, v in FAST_SAVES],
+        [_silent(alerts.ALERT_CHECKPOINT_SLOW, T.for_minutes + 5)],
+    ),
     "full world is silent": _case(
         [
             _series(contract.METRIC_WORLD_SIZE, "2x30", pod=0),
@@ -275,7 +303,7 @@ def test_dashboard_uses_only_contract_metrics() -> None:
     for title, expr in _dashboard_exprs():
         names = metric_names(expr)
         assert names, f"dashboard panel {title!r}: no metric in {expr!r}"
-        unknown = names - set(contract.METRIC_NAMES)
+        unknown = names - CONTRACT_SERIES
         assert not unknown, f"dashboard panel {title!r}: not in contract.METRIC_NAMES: {unknown}"
     for var in dash.dashboard()["templating"]["list"]:
         if var["type"] == "query":
@@ -295,6 +323,11 @@ def test_dashboard_shows_the_training_metrics() -> None:
         contract.METRIC_CHECKPOINT_TIMESTAMP,
         contract.METRIC_RESUMES_TOTAL,
         contract.METRIC_COMPLETED,
+        contract.METRIC_EXAMPLES_TOTAL,
+        f"{contract.METRIC_STEP_SECONDS}_bucket",
+        f"{contract.METRIC_CHECKPOINT_SAVE_SECONDS}_bucket",
+        contract.METRIC_EVAL_LOSS,
+        contract.METRIC_EVAL_ACCURACY,
     }
     assert required <= used, f"infra/dashboards/trainer.py: panels miss {required - used}"
 

@@ -28,6 +28,9 @@ def test_defaults():
     config = cli.parse_args([])
     assert config == cli.Config()
     assert config.dataset == "synthetic" and config.on_done == "idle"
+    # No collective timeout by default: TensorFlow starts a thread per collective with one.
+    assert config.collective_timeout == 0
+    assert cli.parse_args(["--collective-timeout", "0"]).collective_timeout == 0
 
 
 def test_pod_flags_parse():
@@ -68,7 +71,7 @@ def test_pod_flags_parse():
         (["--collective", "mpi"], r"--collective: invalid choice: 'mpi'"),
         (
             ["--collective-timeout", "-1"],
-            r"--collective-timeout: must be a number of seconds in \(0, 86400\); got '-1'",
+            r"--collective-timeout: must be a number of seconds in \[0, 86400\), 0 = off; got '-1'",
         ),
         (
             ["--heartbeat-timeout", "soon"],
@@ -78,6 +81,13 @@ def test_pod_flags_parse():
         (["--on-done", "sleep"], r"--on-done: invalid choice"),
         (["--learning-rate", "0"], r"--learning-rate: must be a number in \(0, 10\]"),
         (["--checkpoint-dir", "/x"], r"unrecognized arguments: --checkpoint-dir"),
+        (["--cpu-devices", "0"], r"--cpu-devices: must be an integer in \[1, 64\]; got '0'"),
+        (["--eval-split", "0.9"], r"--eval-split: must be a number in \[0, 0.5\]; got '0.9'"),
+        (
+            ["--eval-split", "0.1", "--eval-dataset", "e.npz"],
+            r"--eval-split: must be 0 when --eval-dataset is given; got 0.1",
+        ),
+        (["--learning-rate-scaling", "sqrt"], r"--learning-rate-scaling: invalid choice"),
     ],
 )
 def test_bad_flags(argv: list[str], match: str, capsys: pytest.CaptureFixture[str]):

@@ -146,3 +146,73 @@ def test_mnist_cache_on_the_checkpoint_volume(
     assert seen == [str(tmp_path) if expected_cache == "root" else None]
     if is_chief:
         assert (tmp_path / "datasets" / "mnist.npz.complete").exists()
+
+
+def _write_ids(path: Path, ids: range) -> None:
+    """TFRecords whose label is the example's id, so a test can see which examples were read."""
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in ids:
+            ex = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "x": tf.train.Feature(float_list=tf.train.FloatList(value=[float(i)])),
+                        "x_shape": tf.train.Feature(int64_list=tf.train.Int64List(value=[1, 1, 1])),
+                        "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+                    }
+                )
+            )
+            w.write(ex.SerializeToString())
+
+
+@pytest.mark.parametrize("sizes", [(6, 6, 4), (3, 7, 6), (1, 1, 14), (16,), (2,) * 8])
+def test_tfrecords_every_example_once_per_epoch(tmp_path: Path, sizes: tuple[int, ...]):
+    """Files of unequal size over 2 workers: each epoch reads every example exactly once."""
+    start = 0
+    for i, n in enumerate(sizes):
+        _write_ids(tmp_path / f"part-{i}.tfrecord", range(start, start + n))
+        start += n
+    source = data.load(str(tmp_path / "*.tfrecord"), 1, 0, str(tmp_path), True)
+    total = sum(sizes)
+    batch, workers = 2, 2
+    spe = total // (batch * workers)  # 16 examples: 4 full global batches, nothing left over
+    streams = [
+        _stream(source, worker_index=w, batch_size=batch, steps_per_epoch=spe, epochs=2)
+        for w in range(workers)
+    ]
+    for epoch in range(2):
+        ids = sorted(int(i) for s in streams for b in s[epoch * spe : (epoch + 1) * spe] for i in b)
+        assert ids == list(range(total)), f"sizes {sizes}, epoch {epoch}: read {ids}"
+
+
+@pytest.mark.parametrize(("workers", "replicas"), [(1, 2), (2, 2), (2, 1), (1, 4)])
+def test_each_replica_gets_its_share(workers: int, replicas: int):
+    """A worker with several replicas (GPUs) hands one per-replica batch to each replica per
+    step: its pipeline yields steps x replicas batches, and together the replicas read every
+    example once per epoch."""
+    total, per_replica = 64, 4
+    source = data.Source("ids", total, (1,), total, x=np.zeros((total, 1), "float32"),
+                         y=np.arange(total))  # fmt: skip
+    spe = total // (per_replica * replicas * workers)
+    streams = [
+        _stream(
+            source,
+            num_workers=workers,
+            worker_index=w,
+            replicas_per_worker=replicas,
+            batch_size=per_replica,
+            steps_per_epoch=spe,
+            epochs=2,
+        )
+        for w in range(workers)
+    ]
+    per_epoch = spe * replicas
+    for w, stream in enumerate(streams):
+        assert len(stream) == 2 * per_epoch, f"worker {w}: {len(stream)} batches"
+    for epoch in range(2):
+        ids = sorted(
+            int(i)
+            for s in streams
+            for b in s[epoch * per_epoch : (epoch + 1) * per_epoch]
+            for i in b
+        )
+        assert ids == list(range(total)), f"epoch {epoch}: {ids}"

@@ -21,14 +21,23 @@ def _get(port: int, path: str) -> tuple[int, str]:
 
 
 def scrape(port: int) -> dict[str, float]:
-    """Sample name -> value of one /metrics scrape."""
+    """Sample name -> value of one /metrics scrape; histogram buckets and info series also
+    under ``name{label="value",...}``."""
     status, text = _get(port, contract.METRICS_PATH)
     assert status == 200, f"{contract.METRICS_PATH} answered {status}"
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = sample.value
+            if sample.labels:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                values[f"{sample.name}{{{labels}}}"] = sample.value
+    return values
+
+
+def exposed(name: str) -> str:
+    """The series a contract name appears as: histograms as ``<name>_count``."""
+    return f"{name}_count" if name in contract.HISTOGRAMS else name
 
 
 @pytest.fixture
@@ -41,11 +50,19 @@ def served() -> tuple[Metrics, int]:
 
 def test_all_contract_names_exported(served: tuple[Metrics, int]):
     metrics, port = served
-    metrics.steps_total.inc(5)
+    metrics.stepped(5, 128, 0.5)
     metrics.checkpointed(40, timestamp=1000.0)
+    metrics.checkpoint_save_seconds.observe(0.2)
     values = scrape(port)
-    missing = [name for name in contract.METRIC_NAMES if name not in values]
+    missing = [name for name in contract.METRIC_NAMES if exposed(name) not in values]
     assert not missing, f"/metrics lacks {missing}"
+    assert values[contract.METRIC_EXAMPLES_TOTAL] == 5 * 128
+    step_time = contract.METRIC_STEP_SECONDS
+    assert (values[f"{step_time}_count"], values[f"{step_time}_sum"]) == (1, 0.1)
+    assert values[f'{step_time}_bucket{{le="0.1"}}'] == 1
+    assert values[f'{step_time}_bucket{{le="0.05"}}'] == 0
+    assert values[f"{contract.METRIC_CHECKPOINT_SAVE_SECONDS}_count"] == 1
+    assert values[f'{contract.METRIC_INFO}{{task_index="2",world_size="3"}}'] == 1
     assert values[contract.METRIC_TASK_INDEX] == 2
     assert values[contract.METRIC_WORLD_SIZE] == 3
     assert values[contract.METRIC_STEPS_TOTAL] == 5

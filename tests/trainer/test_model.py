@@ -24,6 +24,9 @@ def no_args():
 def wrong_width():
     return good((28, 28, 1), 3)
 
+def wide():
+    return good((28, 28, 1), 100)
+
 def not_a_model():
     return "model"
 
@@ -60,10 +63,27 @@ def test_user_builder(spec: str):
         ("user_models:absent", r"has no callable 'absent'"),
         ("user_models:not_a_model", r"must return a tf_keras.Model.*got str"),
         ("user_models:raises", r"builder raised RuntimeError: boom"),
-        ("user_models:wrong_width", r"output shape must be \(None, 10\) logits"),
+        ("user_models:wrong_width", r"must cover the labels 0-9 \(10 logits\); got 3"),
     ],
 )
 def test_builder_errors(spec: str, match: str, tmp_path: Path):
     with pytest.raises(ModelError, match=match) as info:
         model.build(spec, (28, 28, 1), 10)
     assert info.value.exit_code == EXIT_MODEL
+
+
+@pytest.mark.parametrize(
+    ("spec", "data_classes", "width"),
+    [
+        ("user_models:wide", 10, 100),  # no num_classes parameter: any width covering labels
+        ("user_models:wide", 0, 100),  # classes unknown: the model's width decides
+        ("user_models:good", 100, 100),  # the data's 100 classes reach the builder
+    ],
+)
+def test_output_width(spec: str, data_classes: int, width: int):
+    assert model.build(spec, (28, 28, 1), data_classes).output_shape == (None, width)
+
+
+def test_unknown_classes_need_the_flag():
+    with pytest.raises(ModelError, match=r"number of classes is unknown.*set --num-classes"):
+        model.build("", (28, 28, 1), 0)

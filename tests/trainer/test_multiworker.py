@@ -9,6 +9,7 @@ import math
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -33,12 +34,14 @@ ARGS = [
     "--checkpoint-every", str(CHECKPOINT_EVERY),
     "--steps-per-call", "4",
     "--heartbeat-timeout", "3",
-    "--collective-timeout", "10",
     "--log-every", "0.05",
     "--intra-op-threads", "1",
 ]  # fmt: skip
 TOTAL_STEPS = 2 * 2048 // (32 * 2)
 TOTAL_STEPS_1_WORKER = 2 * 2048 // 32
+MAX_THREADS = 200
+"""Threads a worker may hold: about 110 once TensorFlow is up on these machines; a thread per
+collective (a collective timeout) passed 500 within this run's 64 steps."""
 
 
 def _until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
@@ -62,7 +65,7 @@ def _http(port: int, path: str) -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, ""
-    except urllib.error.URLError:  # not listening yet
+    except (urllib.error.URLError, TimeoutError, ConnectionError):  # not listening (yet)
         return 0, ""
 
 
@@ -70,6 +73,28 @@ def _scrape(port: int) -> dict[str, float]:
     status, text = _http(port, contract.METRICS_PATH)
     assert status == 200, f"GET :{port}{contract.METRICS_PATH} -> {status}"
     return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def _threads(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    except (OSError, StopIteration):  # the process has exited
+        return 0
+
+
+def _sample_threads(cluster: LocalCluster, peaks: list[int]) -> threading.Thread:
+    """Record each worker's highest thread count until every worker has exited."""
+
+    def sample() -> None:
+        while any(p.proc.poll() is None for p in cluster.procs):
+            for i, p in enumerate(cluster.procs):
+                peaks[i] = max(peaks[i], _threads(p.proc.pid))
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    return thread
 
 
 def _start(root: Path, *extra: str) -> LocalCluster:
@@ -80,15 +105,32 @@ def _start(root: Path, *extra: str) -> LocalCluster:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One uninterrupted 2-worker run; /metrics of worker 0 scraped while it trains."""
+    """One uninterrupted 2-worker run (default collective settings); /metrics of worker 0
+    scraped and every worker's thread count sampled while it trains."""
     root = tmp_path_factory.mktemp("trained")
     cluster = _start(root, "--on-done", "exit")
+    peaks = [0, 0]
+    sampler = _sample_threads(cluster, peaks)
     # Past the first checkpoint: it is saved before the next call starts.
     _until(lambda: _last_step(cluster) > CHECKPOINT_EVERY, 120, "worker-0 progress")
     scraped = _scrape(cluster.procs[0].metrics_port)
     ready = _http(cluster.procs[0].metrics_port, contract.READINESS_PATH)[0]
     codes = cluster.wait(timeout_s=180)
-    return {"root": root, "cluster": cluster, "codes": codes, "metrics": scraped, "ready": ready}
+    sampler.join(timeout=5)
+    return {
+        "root": root,
+        "cluster": cluster,
+        "codes": codes,
+        "metrics": scraped,
+        "ready": ready,
+        "threads": peaks,
+    }
+
+
+def test_thread_count_stays_bounded(trained: dict[str, Any]):
+    assert trained["codes"] == [0, 0], trained["cluster"].procs[0].lines[-20:]
+    peaks = trained["threads"]
+    assert all(0 < p <= MAX_THREADS for p in peaks), f"peak threads per worker {peaks}"
 
 
 def test_two_workers_train_to_accuracy_with_identical_weights(trained: dict[str, Any]):
@@ -105,12 +147,19 @@ def test_two_workers_train_to_accuracy_with_identical_weights(trained: dict[str,
 
 def test_metrics_during_a_run(trained: dict[str, Any]):
     values = trained["metrics"]
-    missing = [name for name in contract.METRIC_NAMES if name not in values]
+    missing = [
+        name
+        for name in contract.METRIC_NAMES
+        if (f"{name}_count" if name in contract.HISTOGRAMS else name) not in values
+    ]
     assert not missing, f"worker-0 /metrics lacks {missing}"
     assert values[contract.METRIC_WORLD_SIZE] == 2
     assert values[contract.METRIC_TASK_INDEX] == 0
     assert 0 < values[contract.METRIC_STEP] <= TOTAL_STEPS
     assert values[contract.METRIC_STEPS_TOTAL] == values[contract.METRIC_STEP]
+    assert values[contract.METRIC_EXAMPLES_TOTAL] == values[contract.METRIC_STEP] * 64
+    assert values[f"{contract.METRIC_STEP_SECONDS}_count"] >= 1
+    assert values[f"{contract.METRIC_CHECKPOINT_SAVE_SECONDS}_count"] >= 1
     assert 0 <= values[contract.METRIC_ACCURACY] <= 1
     assert 0 < values[contract.METRIC_LOSS] < 10 and math.isfinite(values[contract.METRIC_LOSS])
     assert values[contract.METRIC_EPOCH] in (0, 1)
@@ -124,8 +173,11 @@ def test_metrics_during_a_run(trained: dict[str, Any]):
 
 def test_done_marker_means_no_training(trained: dict[str, Any]):
     cluster = _start(trained["root"], "--on-done", "idle")
+    # Both must be idle before SIGTERM: a process still starting dies of its default action.
+    for proc in cluster.procs:
+        ready = proc.metrics_port
+        _until(lambda p=ready: _http(p, contract.READINESS_PATH)[0] == 200, 60, "workers ready")
     port = cluster.procs[1].metrics_port
-    _until(lambda: _http(port, contract.READINESS_PATH)[0] == 200, 60, "worker-1 ready")
     values = _scrape(port)
     assert values[contract.METRIC_COMPLETED] == 1
     assert _http(port, contract.LIVENESS_PATH)[0] == 200

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from trainer import contract, train
+from trainer import checkpoints, contract, train
 from trainer.cli import Config
 from trainer.local import worker_envs
 from trainer.logs import Log
 from trainer.metrics import Metrics
 
 
-def _worker(root: Path) -> tuple[train.Worker, io.StringIO]:
+def _worker(root: Path, config: Config | None = None) -> tuple[train.Worker, io.StringIO]:
     env = worker_envs(1, str(root))[0]
     stream = io.StringIO()
     worker = train.Worker(
-        Config(),
+        config or Config(),
         env,
         contract.cluster_spec_from_env(env),
         str(root),
@@ -55,9 +55,9 @@ def test_restore_converts_step_to_global_batch(
     weights = tf.Variable([1.0, 2.0])
     objects = {"w": weights, "step": tf.Variable(saved_step, dtype=tf.int64)}
     if saved_batch is not None:
-        objects[train.GLOBAL_BATCH_KEY] = tf.Variable(saved_batch, dtype=tf.int64)
+        objects[checkpoints.GLOBAL_BATCH_KEY] = tf.Variable(saved_batch, dtype=tf.int64)
     tf.train.CheckpointManager(
-        tf.train.Checkpoint(**objects), str(tmp_path / train.CHECKPOINTS_SUBDIR), 3
+        tf.train.Checkpoint(**objects), str(tmp_path / checkpoints.CHECKPOINTS_SUBDIR), 3
     ).save(checkpoint_number=saved_step)
 
     weights.assign([0.0, 0.0])
@@ -90,3 +90,100 @@ def test_no_checkpoint_starts_at_zero(tmp_path: Path):
     worker, log = _worker(tmp_path)
     assert worker._restore({"step": step_var}, step_var, batch_var, 96) == 0
     assert log.getvalue() == ""
+
+
+@pytest.mark.parametrize(
+    ("flags", "saved", "now", "expected"),
+    [
+        # (flags, (global batch, step) saved, global batch now, (step, optimizer lr) after)
+        ({}, (64, 40), 32, (80, 1e-3)),  # 2 -> 1 worker: examples kept, the flag's rate
+        ({"learning_rate_scaling": "linear"}, (64, 40), 32, (80, 1e-3)),  # 1 replica: x1
+        ({"learning_rate_scaling": "linear"}, (32, 40), 64, (20, 2e-3)),  # 2 replicas: x2
+        ({"steps_per_epoch": 30}, (64, 40), 32, (40, 1e-3)),  # explicit epochs: steps kept
+        ({"learning_rate": 5e-4}, (64, 40), 64, (40, 5e-4)),  # a new flag value wins
+    ],
+)
+def test_resize_keeps_optimizer_step_and_learning_rate(
+    tmp_path: Path,
+    flags: dict[str, object],
+    saved: tuple[int, int],
+    now: int,
+    expected: tuple[int, float],
+):
+    """After a restore the optimizer's iterations equal the resumed step and its learning rate
+    is the one the flags give for the current global batch, not the checkpoint's."""
+    import tf_keras
+
+    def build() -> tuple[object, object]:
+        net = tf_keras.Sequential([tf_keras.layers.Dense(2, input_shape=(3,))])
+        opt = tf_keras.optimizers.Adam(1e-3)
+        opt.build(net.trainable_variables)
+        return net, opt
+
+    import tensorflow as tf
+
+    saved_batch, saved_step = saved
+    net, opt = build()
+    opt.iterations.assign(saved_step)
+    opt.learning_rate.assign(7e-3)  # what the saved run used
+    tf.train.CheckpointManager(
+        tf.train.Checkpoint(
+            model=net,
+            optimizer=opt,
+            step=tf.Variable(saved_step, dtype=tf.int64),
+            **{checkpoints.GLOBAL_BATCH_KEY: tf.Variable(saved_batch, dtype=tf.int64)},
+        ),
+        str(tmp_path / checkpoints.CHECKPOINTS_SUBDIR),
+        3,
+    ).save(checkpoint_number=saved_step)
+
+    net, opt = build()
+    step_var = tf.Variable(0, dtype=tf.int64)
+    batch_var = tf.Variable(now, dtype=tf.int64)
+    config = Config(batch_size=32, **flags)
+    worker, _ = _worker(tmp_path, config)
+    start = worker._restore(
+        {"model": net, "optimizer": opt, "step": step_var}, step_var, batch_var, 1000
+    )
+    step, lr = expected
+    assert start == step, f"{flags}: resumed at {start}, expected {step}"
+    assert int(opt.iterations.numpy()) == step, f"{flags}: optimizer at {opt.iterations.numpy()}"
+    assert float(opt.learning_rate.numpy()) == pytest.approx(lr), f"{flags}: learning rate"
+
+
+def _tf_errors() -> dict[str, object]:
+    import tensorflow as tf
+
+    return {
+        "out-of-range": tf.errors.OutOfRangeError(None, None, "End of sequence"),
+        "unavailable": tf.errors.UnavailableError(None, None, "stopped sending heartbeats"),
+        "invalid": tf.errors.InvalidArgumentError(None, None, "label 12 >= 10"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "workers", "expected"),
+    [
+        ("out-of-range", 1, "DataError"),  # not a restart: it would only run out again
+        ("out-of-range", 2, "DataError"),
+        ("unavailable", 2, "PeerLostError"),
+        ("invalid", 1, "DataError"),
+    ],
+)
+def test_classify(name: str, workers: int, expected: str):
+    got = train._classify(_tf_errors()[name], workers)
+    assert type(got).__name__ == expected, f"{name} with {workers} workers -> {got!r}"
+
+
+def test_importing_the_trainer_does_not_load_tensorflow():
+    """Signal handlers, /metrics and the DONE check come before TensorFlow's import (seconds):
+    a pod stopped while a finished job idles must not die on SIGTERM's default action."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, trainer.cli, trainer.train; "
+        "print(sorted({'tensorflow', 'numpy'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
