@@ -76,6 +76,7 @@ build_pulumi_language_python() {
     local mod
     mod=$(go mod download -json "github.com/pulumi/pulumi/sdk/v3@v$v" \
       | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+    command -v patch >/dev/null || { echo "make tools needs patch (apt-get install patch)" >&2; exit 1; }
     rm -rf "$dir" && mkdir -p "$dir/bin"
     # The host is a package of the sdk module at this version: build it from a writable copy
     # with the patch applied, through a wrapper that replaces the module with that copy.
