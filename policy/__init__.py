@@ -1,0 +1,1 @@
+"""The tf-distributed policy pack: ``pulumi preview --policy-pack policy``."""
