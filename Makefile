@@ -75,7 +75,7 @@ cluster-down:
 	@if [ -x $(VENV)/bin/python ]; then $(VENV)/bin/python tools/cluster.py down; \
 	 else python3 tools/cluster.py down; fi
 
-e2e: $(VENV)/.installed tools
+e2e: $(VENV)/.installed $(POLICY_VENV)/.installed tools
 	tools/e2e.sh
 
 clean:
