@@ -208,7 +208,7 @@ class TrainingConfig:
 
     Attributes:
         dataset: ``synthetic``, ``mnist`` or a path/URI of the data.
-        epochs: >= 1. batch_size: examples per worker per step, >= 1.
+        epochs: >= 1. batch_size: examples per replica per step, >= 1.
         steps_per_epoch: >= 0 (0 = examples // global batch).
         checkpoint_every: global steps between checkpoints, >= 1.
         collective: ``auto``, ``ring`` or ``nccl`` (``nccl`` needs GPUs).
