@@ -202,6 +202,21 @@ etcd_from_debian() {
   ln -sfn "$(command -v etcd)" "$bin/etcd"
 }
 
+docker_from_debian() {
+  # The image tests' Docker engine and the stand-in base image's root filesystem builder.
+  if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      log "installing Debian's docker.io and debootstrap"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        docker.io debootstrap >/dev/null
+    else
+      echo "dockerd or debootstrap missing: apt-get install docker.io debootstrap" >&2
+      exit 1
+    fi
+  fi
+}
+
 register_plugins() {
   # The engine must never try to download a plugin: register the built provider offline in the
   # Pulumi home the e2e tests use.
@@ -222,5 +237,6 @@ build_pulumi_kubernetes
 build_kubernetes
 build_kwok
 etcd_from_debian
+docker_from_debian
 register_plugins
 log "ready in $(($(date +%s) - start)) s: $(ls "$bin" | tr '\n' ' ')"

@@ -1,0 +1,106 @@
+"""The trainer image: the real Dockerfile built by a real Docker engine, run, and deployed.
+
+The Docker provider cannot be built here (its Go module is not served), so the stack deploys a
+prebuilt image (``imageReference``); this module builds that image with ``docker build`` from
+the repository's Dockerfile, runs the trainer in it, and deploys it with the real engine.
+``make e2e`` starts the Docker daemon (``DOCKER_HOST``) and imports a test-only stand-in for the
+``tensorflow/tensorflow`` base image, which cannot be pulled here (``tools/stand-in-base.sh``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import KUBECONFIG, ROOT, Kube, Project
+from trainer import contract
+
+REPOSITORY = "tf-distributed-trainer"
+NAMESPACE = "tfd-image"
+
+
+def docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def built() -> str:
+    """``docker build`` of the repository (CPU variant); the image ID."""
+    if not os.environ.get("DOCKER_HOST") or docker("info").returncode != 0:
+        pytest.fail("no Docker daemon: run `make e2e` (it starts one and sets DOCKER_HOST)")
+    # The daemon has no bridge network here: the build reaches PyPI through the host's network.
+    result = docker(
+        "build", "--network", "host", "-t", f"{REPOSITORY}:e2e", str(ROOT), timeout=1200
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return docker("image", "inspect", "-f", "{{.Id}}", f"{REPOSITORY}:e2e").stdout.strip()
+
+
+def test_image_runs_the_contract_entrypoint_as_the_unprivileged_user(built: str) -> None:
+    config = json.loads(docker("image", "inspect", "-f", "{{json .Config}}", built).stdout)
+    assert config["User"] == "10001:10001", config["User"]
+    assert tuple(config["Entrypoint"]) == contract.ENTRYPOINT, config["Entrypoint"]
+    assert set(config["ExposedPorts"]) == {
+        f"{contract.DEFAULT_GRPC_PORT}/tcp",
+        f"{contract.DEFAULT_METRICS_PORT}/tcp",
+    }
+
+
+def test_the_image_trains_to_completion_read_only_and_unprivileged(
+    built: str, tmp_path: Path
+) -> None:
+    checkpoints = tmp_path / "ckpt"
+    checkpoints.mkdir()
+    checkpoints.chmod(0o777)  # the image's user (10001) writes here
+    env = {
+        contract.ENV_STATEFULSET: "tfd-worker",
+        contract.ENV_POD_NAME: "tfd-worker-0",
+        contract.ENV_REPLICAS: "1",
+        contract.ENV_SERVICE: "tfd-workers",
+        contract.ENV_NAMESPACE: "default",
+        contract.ENV_WORKER_HOSTS: f"127.0.0.1:{contract.DEFAULT_GRPC_PORT}",
+        contract.ENV_CHECKPOINT_DIR: "/ckpt",
+    }
+    run = docker(
+        "run", "--rm", "--network", "none", "--read-only", "--tmpfs", "/tmp",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "-v", f"{checkpoints}:/ckpt",
+        *[f"--env={k}={v}" for k, v in env.items()],
+        built, "--epochs", "1", "--synthetic-examples", "1024", "--on-done", "exit",
+        timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    written = {p.name for p in checkpoints.rglob("*")}
+    assert {contract.DONE_MARKER, "summary.json"} <= written, sorted(written)
+    summary = json.loads(next(checkpoints.rglob("summary.json")).read_text())
+    assert summary["final_step"] > 0, summary
+
+
+def test_the_built_image_is_what_the_engine_deploys(
+    built: str, new_project: Callable[..., Project], kube: Kube
+) -> None:
+    # A tag naming the build: the stack's pod template (image and rollout annotation) must
+    # carry exactly the image that was built.
+    reference = f"{REPOSITORY}:{built.removeprefix('sha256:')[:12]}"
+    assert docker("tag", built, reference).returncode == 0
+    stack = new_project("image", stack_file="e2e")
+    stack.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
+    stack.set("namespace", NAMESPACE)
+    stack.set("checkpointRetention", "Delete")
+    stack.set("imageReference", reference)
+    stack.up()
+    live = kube.get("statefulset.apps", "tfd-worker", NAMESPACE)
+    template = live["spec"]["template"]
+    assert template["spec"]["containers"][0]["image"] == reference
+    assert template["metadata"]["annotations"]["tf-distributed.io/image-id"] == reference
+    assert docker("image", "inspect", "-f", "{{.Id}}", reference).stdout.strip() == built
+    kube.wait_for("2 ready workers", lambda: kube.ready_replicas("tfd-worker", NAMESPACE) == 2)
+    stack.destroy()
+    kube.wait_for("namespace deleted", lambda: kube.get("namespace", NAMESPACE) is None, 180)
