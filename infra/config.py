@@ -140,6 +140,8 @@ class ClusterConfig:
         api_server_cidrs: CIDRs of the API server endpoints (egress allowed only with
             autoscaling on, when the trainer reads its StatefulSet).
         api_server_ports: TCP ports of those endpoints.
+        dns_egress_cidrs: resolvers outside kube-dns (NodeLocal DNSCache, a metadata server)
+            the pods may query on port 53.
         egress_https_cidrs: CIDRs the workers may reach on TCP 443 (dataset downloads, object
             stores); empty = no egress beyond peers, DNS and (with autoscaling) the API server.
     """
@@ -151,6 +153,7 @@ class ClusterConfig:
     api_server_cidrs: tuple[str, ...]
     api_server_ports: tuple[int, ...]
     egress_https_cidrs: tuple[str, ...] = ()
+    dns_egress_cidrs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -623,6 +626,7 @@ def parse_config(
     cidrs = r.cidr_list("apiServerCidrs", "10.0.0.1/32")
     api_ports = r.int_list("apiServerPorts", 1, 65535)
     egress_cidrs = r.cidr_list("egressHttpsCidrs", "0.0.0.0/0")
+    dns_cidrs = r.cidr_list("dnsEgressCidrs", "169.254.20.10/32")
 
     # Workers.
     replicas = r.integer("replicas", 1, 1000)
@@ -789,6 +793,7 @@ def parse_config(
             api_server_cidrs=cidrs,
             api_server_ports=api_ports,
             egress_https_cidrs=egress_cidrs,
+            dns_egress_cidrs=dns_cidrs,
         ),
         workers=WorkerConfig(
             replicas=replicas,

@@ -6,7 +6,8 @@
   ``workers-nccl`` instead: worker-to-worker TCP on every port, because NCCL's bootstrap and
   socket transport listen on ephemeral ports that no policy can name in advance. Still only
   between worker pods, both directions.
-* ``dns``: every pod may query kube-dns (UDP and TCP 53) in ``kube-system``.
+* ``dns``: every pod may query kube-dns (UDP and TCP 53) in ``kube-system``, and the resolvers
+  of ``dnsEgressCidrs`` (NodeLocal DNSCache, GKE's metadata-server DNS).
 * ``api-server`` (autoscaling only): workers reach the API server CIDRs/ports from config to
   read their StatefulSet's replica count.
 * ``https-egress`` (``egressHttpsCidrs`` only): TCP 443 to those CIDRs for datasets/buckets.
@@ -86,7 +87,9 @@ def network_policy_manifests(cfg: StackConfig) -> list[dict]:
                                     "matchLabels": {NAMESPACE_NAME_LABEL: DNS_NAMESPACE}
                                 },
                                 "podSelector": {"matchLabels": dict(DNS_POD_LABELS)},
-                            }
+                            },
+                            # Resolvers outside kube-dns: NodeLocal DNSCache, GKE's Cloud DNS.
+                            *({"ipBlock": {"cidr": c}} for c in cfg.cluster.dns_egress_cidrs),
                         ],
                         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
                     }

@@ -72,9 +72,13 @@ class StackOutputs:
 
 
 def logs_command(cfg: StackConfig) -> str:
-    """``kubectl logs -f`` over every worker, each line prefixed with its pod."""
+    """``kubectl logs -f`` over every worker, each line prefixed with its pod, on the stack's
+    own cluster: its kube context, and its kubeconfig when the stack holds one (read back with
+    ``pulumi config get``, never written into the output), not the shell's current context."""
     selector = ",".join(f"{k}={v}" for k, v in selector_labels(cfg).items())
     context = f"--context {cfg.cluster.context} " if cfg.cluster.context else ""
+    if cfg.cluster.kubeconfig is not None:
+        context = f"--kubeconfig <(pulumi config get kubeconfig) {context}"
     most = max(cfg.workers.replicas, cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else 0)
     return (
         f"kubectl {context}-n {cfg.namespace} logs -f -l {selector} -c {CONTAINER_NAME} "

@@ -158,6 +158,13 @@ INVALID = [
     ("dev", {P + "apiServerPorts": "[443, 0]"}, "apiServerPorts", "integers in [1, 65535]", "443"),
     ("dev", {P + "gpuTolerations": "not json"}, "gpuTolerations", "array of strings", "not json"),
     (
+        "prod",
+        {P + "dnsEgressCidrs": ["169.254.20.10/8"]},
+        "dnsEgressCidrs",
+        "CIDR such as '169.254.20.10/32'",
+        "'169.254.20.10/8'",
+    ),
+    (
         "dev",
         {"pulumi:disable-default-providers": ["aws"]},
         "pulumi:disable-default-providers",

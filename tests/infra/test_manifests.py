@@ -330,6 +330,11 @@ def test_network_policies_deny_by_default(rendered, stack):
         "kubernetes.io/metadata.name": "kube-system"
     }
     assert sorted(p["protocol"] for p in dns["ports"]) == ["TCP", "UDP"]
+    # NodeLocal DNSCache and GKE's metadata-server DNS (Cloud DNS), on port 53 only.
+    assert dns["to"][1:] == [
+        {"ipBlock": {"cidr": "169.254.20.10/32"}},
+        {"ipBlock": {"cidr": "169.254.169.254/32"}},
+    ], f"stack {stack}: dns egress {dns['to']}"
     if stack == "prod":
         (rule,) = policies["tfd-metrics"]["ingress"]
         assert rule["from"] == [
@@ -387,6 +392,12 @@ def test_stack_outputs(rendered):
         f"tfd-worker-{i}.tfd-workers.tfd-dev.svc.cluster.local:2222" for i in range(2)
     ]
     assert out["logsCommand"].startswith("kubectl --context minikube -n tfd-dev logs -f -l ")
+    # A kubeconfig-only stack targets its own cluster, not the shell's current context.
+    assert (
+        rendered["prod"]
+        .outputs["logsCommand"]
+        .startswith("kubectl --kubeconfig <(pulumi config get kubeconfig) -n tfd-prod logs -f -l ")
+    ), rendered["prod"].outputs["logsCommand"]
     assert "@sha256:" in rendered["prod"].outputs["image"], "cloud workers must run a digest"
     prod_image = _container(rendered, "prod")["image"]
     assert prod_image == rendered["prod"].outputs["image"]
