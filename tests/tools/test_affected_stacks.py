@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tools import affected_stacks
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "affected_stacks.py"
-_spec = importlib.util.spec_from_file_location("affected_stacks", SCRIPT)
-assert _spec and _spec.loader
-affected_stacks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(affected_stacks)
 
 CASES = [
     ("docs only", ["docs/infra.md", "README.md"], []),

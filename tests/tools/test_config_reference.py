@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
 from infra.config import project_declarations
+from tools import config_reference
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tools" / "config_reference.py"
-_spec = importlib.util.spec_from_file_location("config_reference", SCRIPT)
-assert _spec and _spec.loader
-config_reference = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(config_reference)
 
 
 def test_the_committed_reference_is_what_pulumi_yaml_generates() -> None:
