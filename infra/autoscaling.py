@@ -1,8 +1,16 @@
-"""HorizontalPodAutoscaler (``autoscaling/v2``) on the worker StatefulSet.
+"""HorizontalPodAutoscaler (``autoscaling/v2``) on the worker StatefulSet, for synchronous training.
 
-Every scale event changes the world size, which restarts the collective from the last
-checkpoint (the trainer learns the live replica count from the API), so scale-down is slow
-(stabilization window from config) and both directions move one worker per minute.
+Every resize changes the world size: the workers agree on a step, checkpoint, and their
+supervisors restart the trainer with the new size (no pod restart, no back-off). So:
+
+* the target is given against the CPU *limit* (``autoscalingCpuLimitUtilization``) and converted
+  to the request-relative ``averageUtilization`` Kubernetes uses; a request-relative target
+  below ``limit / request`` would be exceeded by every healthy worker;
+* scale-up is stabilised and paced: the usage must stay above the target for the whole window
+  (``autoscalingScaleUpWindowSeconds``), then one worker is added per window;
+* scale-down is disabled: a synchronous job's CPU use does not fall when it has too many
+  workers, and every step down would redo up to a checkpoint interval. A finished run scales
+  itself to zero (``onDone``); Kubernetes never autoscales a target at zero replicas.
 """
 
 from __future__ import annotations
@@ -17,14 +25,11 @@ from infra.config import StackConfig
 from infra.labels import kwargs, metadata
 
 COMPONENT_TYPE = "tfd:infra:Autoscaler"
-SCALE_UP_WINDOW_SECONDS = 60
-STEP_PERIOD_SECONDS = 60
 
 
 def hpa_manifest(cfg: StackConfig) -> dict:
-    """The HPA: CPU utilization target on the StatefulSet, min/max from config."""
+    """The HPA: CPU target derived from request and limit, paced scale-up, no scale-down."""
     a = cfg.autoscaling
-    one_pod_per_minute = [{"type": "Pods", "value": 1, "periodSeconds": STEP_PERIOD_SECONDS}]
     return {
         "metadata": metadata(cfg, cfg.statefulset_name, "autoscaler"),
         "spec": {
@@ -45,13 +50,13 @@ def hpa_manifest(cfg: StackConfig) -> dict:
                 }
             ],
             "behavior": {
-                "scaleDown": {
-                    "stabilizationWindowSeconds": a.scale_down_window_seconds,
-                    "policies": one_pod_per_minute,
-                },
+                "scaleDown": {"selectPolicy": "Disabled"},
                 "scaleUp": {
-                    "stabilizationWindowSeconds": SCALE_UP_WINDOW_SECONDS,
-                    "policies": one_pod_per_minute,
+                    "stabilizationWindowSeconds": a.scale_up_window_seconds,
+                    "selectPolicy": "Min",
+                    "policies": [
+                        {"type": "Pods", "value": 1, "periodSeconds": a.scale_up_window_seconds}
+                    ],
                 },
             },
         },

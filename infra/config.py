@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
+import os
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +36,17 @@ DISABLE_DEFAULT_PROVIDERS = "pulumi:disable-default-providers"
 
 CLUSTER_KINDS = ("minikube", "cloud")
 RETENTION_POLICIES = ("Retain", "Delete")
+ON_DONE = ("scale-to-zero", "idle")
+"""``onDone`` values; the trainer's ``--on-done`` also has ``exit`` (for local runs)."""
+RUN_ID_MAX = 20
+"""``runId`` length limit: it is a path segment and a label value, and stays readable."""
+RENAMED_KEYS = {
+    "autoscalingCpuUtilization": "autoscalingCpuLimitUtilization (percent of cpuLimit, not of "
+    "cpuRequest)",
+    "autoscalingScaleDownWindowSeconds": "nothing: the HPA never scales a training run down "
+    "(autoscalingScaleUpWindowSeconds paces scale-up)",
+}
+"""Keys earlier versions declared: the unknown-key error says what replaced them."""
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 CHECKPOINT_URI_SCHEMES = ("gs://", "s3://")
 MINIKUBE_CONTEXT = "minikube"
@@ -90,6 +103,11 @@ class ConfigError(pulumi.RunError, ValueError):
         super().__init__(
             "invalid stack configuration (nothing was registered):\n  " + "\n  ".join(problems)
         )
+
+
+def _millis(cores: Decimal) -> int:
+    """CPU cores as whole millicores, at least 1 (an invalid quantity reads as 0)."""
+    return max(1, math.ceil(cores * 1000))
 
 
 def parse_quantity(text: str) -> Decimal:
@@ -217,6 +235,9 @@ class TrainingConfig:
         collective: ``auto``, ``ring`` or ``nccl`` (``nccl`` needs GPUs).
         collective_timeout_seconds: 0-86399 s, 0 = off (dead peers found by the heartbeat).
         heartbeat_timeout_seconds: 1-86399 s.
+        run_id: identity of the run (its checkpoint directory and ``DONE``); a new one is a
+            new run from step 0.
+        on_done: ``scale-to-zero`` or ``idle`` (``--on-done``).
     """
 
     dataset: str
@@ -227,6 +248,8 @@ class TrainingConfig:
     collective: str
     collective_timeout_seconds: int
     heartbeat_timeout_seconds: int
+    run_id: str = "1"
+    on_done: str = "scale-to-zero"
 
 
 @dataclass(frozen=True)
@@ -234,17 +257,33 @@ class AutoscalingConfig:
     """HorizontalPodAutoscaler (``autoscaling/v2``) on the worker StatefulSet.
 
     Attributes:
-        enabled: create the HPA (and let the trainer read the live replica count).
+        enabled: create the HPA (the trainer then follows the live replica count).
         min_replicas, max_replicas: 1 <= min <= max <= 1000.
-        cpu_utilization: target average CPU utilization, percent of requests (1-100).
-        scale_down_window_seconds: scale-down stabilization window (0-3600 s).
+        cpu_limit_utilization: scale up above this average CPU use, percent of the CPU
+            limit (1-100); :attr:`cpu_utilization` converts it to the HPA's measure.
+        scale_up_window_seconds: scale-up stabilization window and policy period (60-1800 s).
+        cpu_request_millis, cpu_limit_millis: the workers' CPU request and limit.
     """
 
     enabled: bool
     min_replicas: int
     max_replicas: int
-    cpu_utilization: int
-    scale_down_window_seconds: int
+    cpu_limit_utilization: int
+    scale_up_window_seconds: int
+    cpu_request_millis: int
+    cpu_limit_millis: int
+
+    @property
+    def cpu_utilization(self) -> int:
+        """The HPA's ``averageUtilization``: percent of the CPU *request*, as Kubernetes counts.
+
+        A synchronous worker runs at its limit, i.e. ``limit / request`` x 100 % of its request
+        (200 % for 500m/1): a target given against the request alone (say 80 %) is exceeded
+        by every healthy worker and resizes the job within minutes of every start.
+        """
+        return math.ceil(
+            self.cpu_limit_utilization * self.cpu_limit_millis / self.cpu_request_millis
+        )
 
 
 @dataclass(frozen=True)
@@ -587,6 +626,7 @@ def parse_config(
     raw: Mapping[str, Any],
     secret_keys: Collection[str] = (),
     secrets: Mapping[str, pulumi.Output[str]] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> StackConfig:
     """Validate the flat configuration and build the typed :class:`StackConfig`.
 
@@ -597,6 +637,8 @@ def parse_config(
         secret_keys: fully qualified keys whose values are secrets.
         secrets: the secret values as ``pulumi.Output`` (from ``Config.get_secret``), keyed by
             the short key; only read when the whole configuration is valid.
+        environ: the process environment (default ``os.environ``); only ``DOCKER_HOST`` is
+            read, for minikube stacks that build their image.
 
     Raises:
         ConfigError: one or more values break a rule; nothing has been registered.
@@ -625,6 +667,13 @@ def parse_config(
     domain = r.string("clusterDomain", contract.DNS_SUBDOMAIN, "must be a lowercase DNS domain")
     cidrs = r.cidr_list("apiServerCidrs", "10.0.0.1/32")
     api_ports = r.int_list("apiServerPorts", 1, 65535)
+    if not cidrs or not api_ports:
+        r.fail(
+            "apiServerCidrs",
+            "must list the API server's endpoint CIDRs (with apiServerPorts): the workers call "
+            "it for their own StatefulSet (scale to zero when done, rollouts, live replicas)",
+            list(cidrs),
+        )
     egress_cidrs = r.cidr_list("egressHttpsCidrs", "0.0.0.0/0")
     dns_cidrs = r.cidr_list("dnsEgressCidrs", "169.254.20.10/32")
 
@@ -678,6 +727,12 @@ def parse_config(
         r.fail("checkpointUri", "must be empty or a gs://bucket/path or s3://bucket/path URI", uri)
     retention = r.choice("checkpointRetention", RETENTION_POLICIES)
 
+    # The run.
+    run_id = r.string("runId", contract.DNS_LABEL, "must be a lowercase DNS label")
+    if len(run_id) > RUN_ID_MAX:
+        r.fail("runId", f"must be at most {RUN_ID_MAX} characters", run_id)
+    on_done = r.choice("onDone", ON_DONE)
+
     # Training.
     dataset = r.string("dataset", _TOKEN, "must be 'synthetic', 'mnist' or a path/URI")
     epochs = r.integer("epochs", 1, 100_000)
@@ -709,8 +764,8 @@ def parse_config(
     hpa_on = r.boolean("autoscalingEnabled")
     hpa_min = r.integer("autoscalingMinReplicas", 1, 1000)
     hpa_max = r.integer("autoscalingMaxReplicas", 1, 1000)
-    cpu_target = r.integer("autoscalingCpuUtilization", 1, 100)
-    window = r.integer("autoscalingScaleDownWindowSeconds", 0, 3600)
+    cpu_target = r.integer("autoscalingCpuLimitUtilization", 1, 100)
+    window = r.integer("autoscalingScaleUpWindowSeconds", 60, 1800)
     if hpa_on:
         if hpa_min > hpa_max:
             r.fail(
@@ -724,13 +779,6 @@ def parse_config(
                 f"must lie within [autoscalingMinReplicas, autoscalingMaxReplicas] = "
                 f"[{hpa_min}, {hpa_max}] when autoscaling is enabled",
                 replicas,
-            )
-        if not cidrs or not api_ports:
-            r.fail(
-                "apiServerCidrs",
-                "autoscaling needs the API server's CIDRs and ports (apiServerCidrs, "
-                "apiServerPorts): workers read their StatefulSet's live replica count",
-                list(cidrs),
             )
 
     # Monitoring.
@@ -757,6 +805,16 @@ def parse_config(
         platform=r.string("imagePlatform", empty=True),
     )
     r.problems += image_problems(image, push=kind == "cloud")
+    docker_env = (os.environ if environ is None else environ).get("DOCKER_HOST", "")
+    if kind == "minikube" and image.reference is None and not image.docker_host and not docker_env:
+        # The local image must land in minikube's own daemon: with the host's daemon the pods
+        # end in ErrImageNeverPull and `pulumi up` waits out the StatefulSet timeout.
+        r.fail(
+            "dockerHost",
+            "a minikube stack that builds its image needs minikube's Docker daemon: run "
+            "`eval $(minikube docker-env)` (sets DOCKER_HOST) or set dockerHost",
+            "",
+        )
 
     # Default providers: nothing may land on whatever cluster the shell points at.
     disabled = raw.get(DISABLE_DEFAULT_PROVIDERS)
@@ -775,8 +833,10 @@ def parse_config(
     for full_key in sorted(raw):
         namespace_, _, key = full_key.partition(":")
         if namespace_ == PROJECT and key not in r.read:
+            hint = f"; replaced by {RENAMED_KEYS[key]}" if key in RENAMED_KEYS else ""
             r.problems.append(
-                f"{full_key}: unknown key (not declared in Pulumi.yaml); got {raw[full_key]!r}"
+                f"{full_key}: unknown key (not declared in Pulumi.yaml{hint}); "
+                f"got {raw[full_key]!r}"
             )
 
     if r.problems:
@@ -819,13 +879,17 @@ def parse_config(
             collective=collective,
             collective_timeout_seconds=collective_timeout,
             heartbeat_timeout_seconds=heartbeat_timeout,
+            run_id=run_id,
+            on_done=on_done,
         ),
         autoscaling=AutoscalingConfig(
             enabled=hpa_on,
             min_replicas=hpa_min,
             max_replicas=hpa_max,
-            cpu_utilization=cpu_target,
-            scale_down_window_seconds=window,
+            cpu_limit_utilization=cpu_target,
+            scale_up_window_seconds=window,
+            cpu_request_millis=_millis(cpu_req_v),
+            cpu_limit_millis=_millis(cpu_lim_v),
         ),
         monitoring=MonitoringConfig(
             enabled=mon_on,

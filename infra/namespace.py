@@ -1,9 +1,10 @@
 """The training namespace, the workers' ServiceAccount and their (minimal) RBAC.
 
-The trainer calls the Kubernetes API for one thing only: with autoscaling on
-(``TFD_REPLICAS_SOURCE=api``) it GETs its own StatefulSet to learn the live replica count. So
-the Role grants exactly ``get`` on that one StatefulSet, and exists only then. The token is
-never automounted: the StatefulSet projects a short-lived one (see :mod:`infra.workers`).
+The trainer calls the Kubernetes API for its own StatefulSet only (``contract.API_CALLS``):
+``get`` it (live replica count, rollout revision), ``patch`` its ``scale`` subresource (to zero
+when the run is done), and ``delete`` its own pod (a rollout restarts the workers together).
+The Role grants exactly those verbs, each on the StatefulSet's name or its pods' names. The
+token is never automounted: the StatefulSet projects a short-lived one (:mod:`infra.workers`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from infra import workers
 from infra.component import Component
 from infra.config import StackConfig
 from infra.labels import kwargs, metadata
+from trainer import contract
 
 COMPONENT_TYPE = "tfd:infra:TrainingNamespace"
 PSA_LEVEL = "restricted"
@@ -40,25 +43,26 @@ def service_account_manifest(cfg: StackConfig) -> dict:
 
 
 def role_rules(cfg: StackConfig) -> list[dict]:
-    """What the trainer calls: ``get`` on its own StatefulSet, only with autoscaling on."""
-    if not cfg.autoscaling.enabled:
-        return []
+    """One rule per call in ``contract.API_CALLS``, on the names the trainer may touch."""
+    names = {
+        "statefulsets": [cfg.statefulset_name],
+        "statefulsets/scale": [cfg.statefulset_name],
+        "pods": workers.pod_names(cfg),
+    }
     return [
-        {
-            "apiGroups": ["apps"],
-            "resources": ["statefulsets"],
-            "resourceNames": [cfg.statefulset_name],
-            "verbs": ["get"],
-        }
-    ]
+        {"apiGroups": [group], "resources": [resource], "resourceNames": names[resource],
+         "verbs": [verb]}
+        for group, resource, verb in contract.API_CALLS
+    ]  # fmt: skip
 
 
-def role_manifest(cfg: StackConfig) -> dict | None:
-    """The workers' Role, or ``None`` when the trainer calls no API (autoscaling off)."""
-    rules = role_rules(cfg)
-    if not rules:
-        return None
-    return {"metadata": metadata(cfg, f"{cfg.app_name}-read-statefulset", "worker"), "rules": rules}
+def role_manifest(cfg: StackConfig) -> dict:
+    """The workers' Role: :func:`role_rules`."""
+    return {"metadata": metadata(cfg, role_name(cfg), "worker"), "rules": role_rules(cfg)}
+
+
+def role_name(cfg: StackConfig) -> str:
+    return f"{cfg.app_name}-trainer"
 
 
 def role_binding_manifest(cfg: StackConfig, role_name: str) -> dict:
@@ -78,7 +82,7 @@ class TrainingNamespaceArgs:
 
 
 class TrainingNamespace(Component):
-    """Namespace, ServiceAccount and (with autoscaling) Role + RoleBinding.
+    """Namespace, ServiceAccount, Role and RoleBinding.
 
     With a retained checkpoint claim (:attr:`infra.config.StackConfig.retains_checkpoint_claim`)
     the Namespace is ``retain_on_delete`` as well: deleting a namespace deletes every object in
@@ -106,16 +110,12 @@ class TrainingNamespace(Component):
         sa = kubernetes.core.v1.ServiceAccount(
             f"{name}-worker", **kwargs(service_account_manifest(cfg)), opts=in_ns
         )
-        role = role_manifest(cfg)
-        if role is not None:
-            created = kubernetes.rbac.v1.Role(
-                f"{name}-read-statefulset", **kwargs(role), opts=in_ns
-            )
-            kubernetes.rbac.v1.RoleBinding(
-                f"{name}-read-statefulset",
-                **kwargs(role_binding_manifest(cfg, role["metadata"]["name"])),
-                opts=self.child_opts(depends_on=[created, sa]),
-            )
+        role = kubernetes.rbac.v1.Role(f"{name}-trainer", **kwargs(role_manifest(cfg)), opts=in_ns)
+        kubernetes.rbac.v1.RoleBinding(
+            f"{name}-trainer",
+            **kwargs(role_binding_manifest(cfg, role_name(cfg))),
+            opts=self.child_opts(depends_on=[role, sa]),
+        )
         self.namespace_name = ns.metadata.apply(lambda m: m.name)
         self.service_account_name = sa.metadata.apply(lambda m: m.name)
         self.register_outputs(

@@ -8,8 +8,8 @@
   between worker pods, both directions.
 * ``dns``: every pod may query kube-dns (UDP and TCP 53) in ``kube-system``, and the resolvers
   of ``dnsEgressCidrs`` (NodeLocal DNSCache, GKE's metadata-server DNS).
-* ``api-server`` (autoscaling only): workers reach the API server CIDRs/ports from config to
-  read their StatefulSet's replica count.
+* ``api-server``: workers reach the API server CIDRs/ports from config for their own
+  StatefulSet (``contract.API_CALLS``: replica count, rollouts, scale to zero when done).
 * ``https-egress`` (``egressHttpsCidrs`` only): TCP 443 to those CIDRs for datasets/buckets.
 * ``metrics`` (monitoring only): ingress on the metrics port from the monitoring namespace.
 
@@ -97,25 +97,24 @@ def network_policy_manifests(cfg: StackConfig) -> list[dict]:
             },
         ),
     ]
-    if cfg.autoscaling.enabled:
-        policies.append(
-            _policy(
-                cfg,
-                "api-server",
-                {
-                    "podSelector": workers,
-                    "policyTypes": ["Egress"],
-                    "egress": [
-                        {
-                            "to": [{"ipBlock": {"cidr": c}} for c in cfg.cluster.api_server_cidrs],
-                            "ports": [
-                                {"protocol": "TCP", "port": p} for p in cfg.cluster.api_server_ports
-                            ],
-                        }
-                    ],
-                },
-            )
+    policies.append(
+        _policy(
+            cfg,
+            "api-server",
+            {
+                "podSelector": workers,
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {
+                        "to": [{"ipBlock": {"cidr": c}} for c in cfg.cluster.api_server_cidrs],
+                        "ports": [
+                            {"protocol": "TCP", "port": p} for p in cfg.cluster.api_server_ports
+                        ],
+                    }
+                ],
+            },
         )
+    )
     if cfg.cluster.egress_https_cidrs:
         policies.append(
             _policy(

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import runpy
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,8 @@ USER_SECRETS: dict[str, tuple[str, ...]] = {"prod": ("kubeconfig", "grafanaAdmin
 their secrets provider can decrypt cannot ship in the file); rendered as set, with the
 placeholder :data:`SECRET_TEXT`, unless the stack file or an override sets them."""
 SECRET_TEXT = "[secret]"
+MOCK_DOCKER_HOST = "unix:///var/run/docker.sock"
+"""``DOCKER_HOST`` while rendering when the shell has none (nothing is built under mocks)."""
 # How the Pulumi runtime marks a secret value inside serialized inputs.
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
 _SAFE = re.compile(r"[^a-z0-9.-]+")
@@ -68,6 +71,8 @@ class Registered:
         ignore_changes: the resource option ``ignore_changes``.
         retain_on_delete: the resource option ``retain_on_delete``.
         dependencies: URNs of the resources it waits for (``depends_on``, expanded).
+        replace_on_changes, delete_before_replace: those resource options.
+        custom_timeouts: ``{"create": ..., "update": ..., "delete": ...}``, the set ones only.
     """
 
     type: str
@@ -77,6 +82,9 @@ class Registered:
     ignore_changes: tuple[str, ...] = ()
     retain_on_delete: bool = False
     dependencies: tuple[str, ...] = ()
+    replace_on_changes: tuple[str, ...] = ()
+    delete_before_replace: bool = False
+    custom_timeouts: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_manifest(self) -> bool:
@@ -204,15 +212,14 @@ class Recorder(pulumi_mocks.Mocks):
 
     def __init__(self) -> None:
         self.resources: list[Registered] = []
-        # Resource options the engine would see, by (type, name); filled by _Monitor.
-        self.options: dict[tuple[str, str], tuple[tuple[str, ...], bool, tuple[str, ...]]] = {}
+        # Resource options the engine would see (Registered's keyword arguments), by
+        # (type, name); filled by _Monitor.
+        self.options: dict[tuple[str, str], dict[str, Any]] = {}
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
-        ignore, retain, deps = self.options.get((args.typ, args.name), ((), False, ()))
+        options = self.options.get((args.typ, args.name), {})
         self.resources.append(
-            Registered(
-                args.typ, args.name, clean(args.inputs), args.provider or "", ignore, retain, deps
-            )
+            Registered(args.typ, args.name, clean(args.inputs), args.provider or "", **options)
         )
         outputs = dict(args.inputs)
         if args.typ.startswith("docker"):
@@ -231,12 +238,37 @@ class _Monitor(pulumi_mocks.MockMonitor):
         self.recorder = recorder
 
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
-        self.recorder.options[(request.type, request.name)] = (
-            tuple(request.ignoreChanges),
-            bool(request.retainOnDelete),
-            tuple(request.dependencies),
-        )
+        timeouts = request.customTimeouts
+        self.recorder.options[(request.type, request.name)] = {
+            "ignore_changes": tuple(request.ignoreChanges),
+            "retain_on_delete": bool(request.retainOnDelete),
+            "dependencies": tuple(request.dependencies),
+            "replace_on_changes": tuple(request.replaceOnChanges),
+            "delete_before_replace": bool(request.deleteBeforeReplace),
+            "custom_timeouts": {
+                k: v
+                for k in ("create", "update", "delete")
+                if (v := getattr(timeouts, k)) and request.HasField("customTimeouts")
+            },
+        }
         return super().RegisterResource(request)
+
+
+@contextlib.contextmanager
+def _docker_host_for_mocks() -> Iterator[None]:
+    """A ``DOCKER_HOST`` while the program runs under mocks, where no image is ever built.
+
+    minikube stacks that build their image refuse to run without a Docker host (see
+    ``infra.config.parse_config``); the renderer only records what would be registered.
+    """
+    if os.environ.get("DOCKER_HOST"):
+        yield
+        return
+    os.environ["DOCKER_HOST"] = MOCK_DOCKER_HOST
+    try:
+        yield
+    finally:
+        os.environ.pop("DOCKER_HOST", None)
 
 
 def render_stack(
@@ -272,7 +304,7 @@ def render_stack(
         outputs.update(await pulumi.Output.from_input(exported).future() or {})
 
     # The program builds paths relative to the project directory, as under `pulumi up`.
-    with contextlib.chdir(ROOT):
+    with contextlib.chdir(ROOT), _docker_host_for_mocks():
         _sync_await(run_pulumi_func(program))
     resources = [r for r in recorder.resources if r.type != "pulumi:pulumi:Stack"]
     return Rendered(stack=stack, resources=resources, outputs=clean(outputs))

@@ -5,6 +5,21 @@ and DNS record, from which the trainer derives its task index and every peer's a
 (``trainer/contract.py``). ``podManagementPolicy: Parallel`` starts all workers at once: with
 ``OrderedReady`` worker 1 waits for worker 0 to be Ready while worker 0 waits in the collective
 for worker 1. ``publishNotReadyAddresses`` lets peers resolve each other before they are Ready.
+
+The run's lifecycle (``docs/infra.md``, "Lifecycle"):
+
+* Run identity: ``runId`` names the checkpoint directory (``.../<appName>/<runId>``) and is an
+  annotation of the StatefulSet that Pulumi replaces on change (delete first): a new run starts
+  with ``replicas`` workers from step 0, whatever the previous run scaled to.
+* Rollouts: ``updateStrategy: OnDelete``. A ``RollingUpdate`` replaces one pod at a time from
+  the highest ordinal, each replacement breaks the collective (N restarts, old and new images
+  side by side), and ``maxUnavailable`` for StatefulSets is an alpha feature. Instead every
+  worker compares its ``controller-revision-hash`` with the StatefulSet's ``updateRevision``;
+  on a new template they agree on a step, checkpoint, and each deletes its own pod, so the
+  controller (``Parallel``) recreates them all together, once.
+* Completion: with ``onDone: scale-to-zero`` the chief scales the StatefulSet to 0 through the
+  ``scale`` subresource. ``spec.replicas`` then belongs to that field manager; Pulumi keeps its
+  inputs, so ``pulumi preview`` shows no diff, and the HPA leaves a target at 0 alone.
 """
 
 from __future__ import annotations
@@ -34,6 +49,13 @@ API_TOKEN_EXPIRATION_SECONDS = 3600
 """Lifetime of the projected token; the kubelet rotates it at 80 %, the trainer rereads it."""
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 """ConfigMap the control plane publishes in every namespace with the API server's CA."""
+RUN_ID_ANNOTATION = "tf-distributed.io/run-id"
+"""StatefulSet annotation with ``runId``: its change replaces the StatefulSet (a new run)."""
+REVISION_LABEL = "controller-revision-hash"
+"""Label the StatefulSet controller puts on each pod: the template revision it was made from."""
+CLOUD_TIMEOUTS = pulumi.CustomTimeouts(create="30m", update="30m")
+"""StatefulSet awaits on cloud stacks: a GPU node pool scaling up from zero and a multi-GB
+image pull each take minutes, beyond the provider's 10-minute default."""
 IMAGE_ID_ANNOTATION = "tf-distributed.io/image-id"
 """Pod-template annotation with the built image's ID/digest: a rebuilt image under the same tag
 (minikube) still changes the template and rolls the workers."""
@@ -43,8 +65,15 @@ if posixpath.dirname(contract.DEFAULT_API_CA_PATH) != API_TOKEN_DIR:  # pragma: 
 
 
 def checkpoint_dir(cfg: StackConfig) -> str:
-    """``TFD_CHECKPOINT_DIR``: the object-store URI, or a directory on the shared claim."""
-    return cfg.storage.uri or posixpath.join(CHECKPOINT_MOUNT, cfg.app_name)
+    """``TFD_CHECKPOINT_DIR``: the run's directory in the object store or on the shared claim."""
+    root = cfg.storage.uri.rstrip("/") if cfg.storage.uri else f"{CHECKPOINT_MOUNT}/{cfg.app_name}"
+    return f"{root}/{cfg.training.run_id}"
+
+
+def pod_names(cfg: StackConfig) -> list[str]:
+    """Every pod name the StatefulSet can have: ordinals up to the most replicas allowed."""
+    most = cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else cfg.workers.replicas
+    return [f"{cfg.statefulset_name}-{i}" for i in range(most)]
 
 
 def trainer_args(cfg: StackConfig) -> list[str]:
@@ -67,6 +96,8 @@ def trainer_args(cfg: StackConfig) -> list[str]:
         str(t.collective_timeout_seconds),
         "--heartbeat-timeout",
         str(t.heartbeat_timeout_seconds),
+        "--on-done",
+        t.on_done,
     ]
 
 
@@ -90,15 +121,15 @@ def pod_env(cfg: StackConfig) -> list[dict]:
         {"name": contract.ENV_CLUSTER_DOMAIN, "value": cfg.cluster.domain},
         {"name": contract.ENV_CHECKPOINT_DIR, "value": checkpoint_dir(cfg)},
         {"name": contract.ENV_METRICS_PORT, "value": str(cfg.workers.metrics_port)},
+        {"name": contract.ENV_RUN_ID, "value": cfg.training.run_id},
+        {"name": contract.ENV_POD_REVISION, **field(f"metadata.labels['{REVISION_LABEL}']")},
+        # The trainer calls the API for its own StatefulSet (contract.API_CALLS).
+        {"name": contract.ENV_API_TOKEN_PATH, "value": contract.DEFAULT_API_TOKEN_PATH},
+        {"name": contract.ENV_API_CA_PATH, "value": contract.DEFAULT_API_CA_PATH},
+        {"name": contract.ENV_API_URL, "value": contract.DEFAULT_API_URL},
         # Read-only root filesystem: libraries that write under $HOME get the tmp volume.
         {"name": "HOME", "value": TMP_DIR},
     ]
-    if cfg.replicas_source == "api":
-        env += [
-            {"name": contract.ENV_API_TOKEN_PATH, "value": contract.DEFAULT_API_TOKEN_PATH},
-            {"name": contract.ENV_API_CA_PATH, "value": contract.DEFAULT_API_CA_PATH},
-            {"name": contract.ENV_API_URL, "value": contract.DEFAULT_API_URL},
-        ]
     return env
 
 
@@ -195,35 +226,35 @@ def statefulset_manifest(
         # NCCL exchanges buffers through /dev/shm; the runtime's default is 64 MiB.
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}})
-    if cfg.replicas_source == "api":
-        mounts.append({"name": "api-token", "mountPath": API_TOKEN_DIR, "readOnly": True})
-        volumes.append(
-            {
-                "name": "api-token",
-                "projected": {
-                    "defaultMode": 0o440,
-                    "sources": [
-                        {
-                            "serviceAccountToken": {
-                                "path": posixpath.basename(contract.DEFAULT_API_TOKEN_PATH),
-                                "expirationSeconds": API_TOKEN_EXPIRATION_SECONDS,
-                            }
-                        },
-                        {
-                            "configMap": {
-                                "name": ROOT_CA_CONFIGMAP,
-                                "items": [
-                                    {
-                                        "key": "ca.crt",
-                                        "path": posixpath.basename(contract.DEFAULT_API_CA_PATH),
-                                    }
-                                ],
-                            }
-                        },
-                    ],
-                },
-            }
-        )
+    # The trainer always calls the API (contract.API_CALLS): a short-lived projected token.
+    mounts.append({"name": "api-token", "mountPath": API_TOKEN_DIR, "readOnly": True})
+    volumes.append(
+        {
+            "name": "api-token",
+            "projected": {
+                "defaultMode": 0o440,
+                "sources": [
+                    {
+                        "serviceAccountToken": {
+                            "path": posixpath.basename(contract.DEFAULT_API_TOKEN_PATH),
+                            "expirationSeconds": API_TOKEN_EXPIRATION_SECONDS,
+                        }
+                    },
+                    {
+                        "configMap": {
+                            "name": ROOT_CA_CONFIGMAP,
+                            "items": [
+                                {
+                                    "key": "ca.crt",
+                                    "path": posixpath.basename(contract.DEFAULT_API_CA_PATH),
+                                }
+                            ],
+                        }
+                    },
+                ],
+            },
+        }
+    )
 
     container = {
         "name": CONTAINER_NAME,
@@ -276,21 +307,17 @@ def statefulset_manifest(
     template_meta: dict = {"labels": standard_labels(cfg, COMPONENT_WORKER)}
     if image_id is not None:
         template_meta["annotations"] = {IMAGE_ID_ANNOTATION: image_id}
-    retention = cfg.storage.retention
+    meta = metadata(cfg, cfg.statefulset_name, COMPONENT_WORKER)
+    meta["annotations"] = {RUN_ID_ANNOTATION: cfg.training.run_id}
     return {
-        "metadata": metadata(cfg, cfg.statefulset_name, COMPONENT_WORKER),
+        "metadata": meta,
         "spec": {
             "serviceName": cfg.service_name,
             "replicas": w.replicas,
             "podManagementPolicy": "Parallel",
+            # The trainer restarts all workers together on a new template (module docstring).
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector_labels(cfg)},
-            # Governs only claims made from volumeClaimTemplates, and this StatefulSet has
-            # none (one shared claim, kept by retain_on_delete): set to the configured policy
-            # so that a per-pod template added later inherits it, not to protect the claim.
-            "persistentVolumeClaimRetentionPolicy": {
-                "whenDeleted": retention,
-                "whenScaled": retention,
-            },
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
     }
@@ -366,6 +393,11 @@ class Workers(Component):
                 depends_on=sts_deps,
                 # The HPA owns spec.replicas once it exists; `pulumi up` must not reset it.
                 ignore_changes=["spec.replicas"] if cfg.autoscaling.enabled else None,
+                # A new runId is a new run: a fresh StatefulSet at `replicas` workers. Delete
+                # first: the old pods hold the GPUs (and the names) the new ones need.
+                replace_on_changes=[f'metadata.annotations["{RUN_ID_ANNOTATION}"]'],
+                delete_before_replace=True,
+                custom_timeouts=CLOUD_TIMEOUTS if cfg.cluster.kind == "cloud" else None,
             ),
         )
         kubernetes.policy.v1.PodDisruptionBudget(

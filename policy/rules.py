@@ -365,7 +365,8 @@ def check_hpa_targets(resources: Sequence[Resource]) -> list[str]:
 def check_checkpoint_retention(resources: Sequence[Resource], facts: StackFacts) -> list[str]:
     """Checkpoint storage is kept or deleted exactly as ``checkpointRetention`` says.
 
-    - every StatefulSet's ``persistentVolumeClaimRetentionPolicy`` is the configured policy;
+    - a StatefulSet with ``volumeClaimTemplates`` has the configured
+      ``persistentVolumeClaimRetentionPolicy`` (without templates the field governs nothing);
     - without ``checkpointUri``: the workers mount a claim the stack declares, and where the
       ``retain_on_delete`` option is known, the claim and its namespace carry it exactly when
       the policy is ``Retain`` (deleting a namespace deletes the claims in it).
@@ -383,7 +384,7 @@ def check_checkpoint_retention(resources: Sequence[Resource], facts: StackFacts)
     }
     for w in workloads(resources):
         where = describe(w.kind, w.props)
-        if w.kind == "StatefulSet":
+        if w.kind == "StatefulSet" and _items(_get(w.props, "spec", "volumeClaimTemplates")):
             policy = _get(w.props, "spec", "persistentVolumeClaimRetentionPolicy") or {}
             for when in ("whenDeleted", "whenScaled"):
                 if policy.get(when) != want:

@@ -53,6 +53,12 @@ ENV_API_URL = "TFD_API_URL"
 ENV_WORKER_HOSTS = "TFD_WORKER_HOSTS"
 """Local runs only (never set in a cluster): comma-separated ``host:port`` per worker that
 replace the DNS-derived addresses, so N processes on one machine can use loopback ports."""
+ENV_RUN_ID = "TFD_RUN_ID"
+"""Identity of the training run (logged and in ``summary.json``); its checkpoints and ``DONE``
+live under ``TFD_CHECKPOINT_DIR``, which the stack makes per run."""
+ENV_POD_REVISION = "TFD_POD_REVISION"
+"""The pod's ``controller-revision-hash`` label, from the downward API: a StatefulSet
+``status.updateRevision`` that differs means a rollout is waiting for this pod."""
 ENV_TF_CONFIG = "TF_CONFIG"
 """An explicit ``TF_CONFIG`` always wins over the derived one."""
 
@@ -71,6 +77,15 @@ READINESS_PATH = "/readyz"
 DONE_MARKER = "DONE"
 """File the chief writes into the checkpoint directory once the final model is saved."""
 REPLICAS_SOURCES = ("env", "api")
+
+API_CALLS: tuple[tuple[str, str, str], ...] = (
+    ("apps", "statefulsets", "get"),
+    ("apps", "statefulsets/scale", "patch"),
+    ("", "pods", "delete"),
+)
+"""Every Kubernetes API call the trainer makes, as (API group, resource, verb): read its
+StatefulSet, scale it to zero when the run is done, delete its own pod for a rollout. The
+stack's Role grants exactly these, on the StatefulSet's and its pods' names only."""
 
 ENTRYPOINT: tuple[str, ...] = ("python", "-m", "trainer")
 """The trainer image's entrypoint. The Dockerfile's ENTRYPOINT must equal this (a test parses

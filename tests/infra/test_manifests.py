@@ -7,7 +7,6 @@ import posixpath
 import pytest
 
 from infra.config import parse_config
-from infra.namespace import role_rules
 from infra.render import SECRET_TEXT, render_stack, stack_config
 from infra.stack import MONITORING_OUTPUTS
 from infra.workers import trainer_args
@@ -168,7 +167,6 @@ def test_hpa_targets_the_statefulset_only_when_enabled(rendered):
         "name": sts["metadata"]["name"],
     }
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 3)
-    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] > 0
     assert rendered["prod"].by_kind("HorizontalPodAutoscaler") == []
     resources = _container(rendered, "dev")["resources"]
     assert resources["requests"]["cpu"], "the HPA's utilization needs a CPU request"
@@ -193,32 +191,45 @@ def test_gpu_limits_selector_and_tolerations_per_stack(rendered, stack, gpus):
         ]
 
 
-def test_rbac_is_exactly_what_the_trainer_calls(rendered):
-    (role,) = rendered["dev"].by_kind("Role")
+@pytest.mark.parametrize(("stack", "pods"), [("dev", 3), ("prod", 4)])
+def test_rbac_is_exactly_what_the_trainer_calls(rendered, stack, pods):
+    (role,) = rendered[stack].by_kind("Role")
+    names = [f"tfd-worker-{i}" for i in range(pods)]
     assert role["rules"] == [
         {
             "apiGroups": ["apps"],
             "resources": ["statefulsets"],
             "resourceNames": ["tfd-worker"],
             "verbs": ["get"],
-        }
-    ]
-    (binding,) = rendered["dev"].by_kind("RoleBinding")
-    sa = rendered["dev"].one("ServiceAccount")
+        },
+        {
+            "apiGroups": ["apps"],
+            "resources": ["statefulsets/scale"],
+            "resourceNames": ["tfd-worker"],
+            "verbs": ["patch"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "resourceNames": names, "verbs": ["delete"]},
+    ], f"stack {stack}: Role {role['metadata']['name']}"
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == set(contract.API_CALLS), f"stack {stack}: {granted}"
+    (binding,) = rendered[stack].by_kind("RoleBinding")
+    sa = rendered[stack].one("ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "tfd-dev"}
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": f"tfd-{stack}"}
     ]
-    for stack in STACKS:
-        kinds = {m["kind"] for m in rendered[stack].manifests}
-        assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, f"stack {stack}: cluster RBAC"
-    assert rendered["prod"].by_kind("Role") == [] and rendered["prod"].by_kind("RoleBinding") == []
-    prod = parse_config(*stack_config("prod"), {})
-    assert role_rules(prod) == []
+    kinds = {m["kind"] for m in rendered[stack].manifests}
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, f"stack {stack}: cluster RBAC"
 
 
 @pytest.mark.parametrize(("stack", "source"), [("dev", "api"), ("prod", "env")])
-def test_api_access_only_with_autoscaling(rendered, stack, source):
+def test_api_access_on_every_stack(rendered, stack, source):
     env = _env(rendered, stack)
     pod = _pod(rendered, stack)["spec"]
     assert env[contract.ENV_REPLICAS_SOURCE] == source, f"stack {stack}"
@@ -226,10 +237,6 @@ def test_api_access_only_with_autoscaling(rendered, stack, source):
     assert rendered[stack].one("ServiceAccount")["automountServiceAccountToken"] is False
     volumes = {v["name"]: v for v in pod["volumes"]}
     policies = {p["metadata"]["name"] for p in rendered[stack].by_kind("NetworkPolicy")}
-    if source == "env":
-        assert "api-token" not in volumes and "tfd-api-server" not in policies, f"stack {stack}"
-        assert contract.ENV_API_TOKEN_PATH not in env
-        return
     sources = volumes["api-token"]["projected"]["sources"]
     assert sources[0]["serviceAccountToken"]["path"] == "token"
     assert sources[0]["serviceAccountToken"]["expirationSeconds"] <= 3600
@@ -242,7 +249,7 @@ def test_api_access_only_with_autoscaling(rendered, stack, source):
     }
     assert env[contract.ENV_API_TOKEN_PATH] == contract.DEFAULT_API_TOKEN_PATH
     assert env[contract.ENV_API_CA_PATH] == contract.DEFAULT_API_CA_PATH
-    assert "tfd-api-server" in policies
+    assert "tfd-api-server" in policies, f"stack {stack}: NetworkPolicies {sorted(policies)}"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -314,7 +321,8 @@ def test_shared_checkpoint_claim_and_pdb(rendered, stack):
         if "persistentVolumeClaim" in v
     ]
     assert claims == [claim["metadata"]["name"]]
-    assert set(sts["persistentVolumeClaimRetentionPolicy"].values()) <= {"Retain", "Delete"}
+    # Without volumeClaimTemplates a claim retention policy would do nothing: none is set.
+    assert "persistentVolumeClaimRetentionPolicy" not in sts, f"stack {stack}"
     assert rendered[stack].one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 0
     expected = {"dev": "standard", "prod": "standard-rwx"}[stack]
     assert claim["spec"]["storageClassName"] == expected

@@ -149,9 +149,22 @@ def _hpa_target(field: str, value: str) -> Callable[[list[Registered]], None]:
 
 
 def _sts_retention(value: str) -> Callable[[list[Registered]], None]:
-    return lambda resources: one(resources, "StatefulSet")["spec"][
-        "persistentVolumeClaimRetentionPolicy"
-    ].__setitem__("whenDeleted", value)
+    """Per-pod claims (volumeClaimTemplates) whose retention policy is ``value``."""
+
+    def change(resources: list[Registered]) -> None:
+        spec = one(resources, "StatefulSet")["spec"]
+        spec["volumeClaimTemplates"] = [
+            {
+                "metadata": {"name": "scratch"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        ]
+        spec["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": value, "whenScaled": value}
+
+    return change
 
 
 def _claim_not_retained(resources: list[Registered]) -> None:
@@ -313,7 +326,7 @@ VARIANTS = [
         "dev",
         _role(lambda rule: rule.__setitem__("verbs", ["*"])),
         "rbac-least-privilege",
-        ("Role tfd-dev/tfd-read-statefulset rules[0].verbs", "wildcard", "fix: list the exact"),
+        ("Role tfd-dev/tfd-trainer rules[0].verbs", "wildcard", "fix: list the exact"),
     ),
     Variant(
         "secrets",
@@ -321,7 +334,7 @@ VARIANTS = [
         _role(lambda rule: rule.__setitem__("resources", ["secrets"])),
         "rbac-least-privilege",
         (
-            "Role tfd-e2e/tfd-read-statefulset rules[0]",
+            "Role tfd-e2e/tfd-trainer rules[0]",
             "access to Secrets",
             "fix: remove 'secrets'",
         ),
@@ -353,7 +366,7 @@ VARIANTS = [
         _binding_to_cluster_role,
         "rbac-least-privilege",
         (
-            "RoleBinding tfd-dev/tfd-read-statefulset",
+            "RoleBinding tfd-dev/tfd-trainer",
             "binds a ClusterRole",
             "fix: bind a namespaced Role",
         ),
@@ -454,7 +467,7 @@ VARIANTS = [
         "prod",
         lambda r: None,
         "checkpoint-retention",
-        ("StatefulSet tfd-prod/tfd-worker", "config says 'Delete'"),
+        ("PersistentVolumeClaim tfd-prod/tfd-checkpoints", "config says Delete"),
         config={"checkpointRetention": "Delete"},
     ),
 ]

@@ -1,0 +1,147 @@
+"""The training run's lifecycle as the stacks declare it: run identity, completion, rollouts,
+autoscaling and timeouts (``docs/infra.md``, "Lifecycle"), from the real program under mocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.config import ConfigError, parse_config
+from infra.render import Rendered, render_stack, stack_config
+from infra.workers import REVISION_LABEL, RUN_ID_ANNOTATION
+from trainer import contract
+
+P = "tf-distributed:"
+STS_TYPE = "kubernetes:apps/v1:StatefulSet"
+
+
+def _sts(result: Rendered):
+    (sts,) = [r for r in result.resources if r.type == STS_TYPE]
+    return sts
+
+
+def _container(result: Rendered) -> dict:
+    (container,) = result.one("StatefulSet")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def _env(result: Rendered) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in _container(result)["env"]}
+
+
+def _flag(result: Rendered, flag: str) -> str:
+    args = _container(result)["args"]
+    return args[args.index(flag) + 1]
+
+
+@pytest.mark.parametrize(
+    ("stack", "overrides", "run_id", "checkpoint_dir"),
+    [
+        ("dev", {}, "1", "/checkpoints/tfd/1"),
+        ("dev", {P + "runId": "lr-sweep-2"}, "lr-sweep-2", "/checkpoints/tfd/lr-sweep-2"),
+        ("prod", {P + "appName": "mnist"}, "1", "/checkpoints/mnist/1"),
+        ("prod", {P + "checkpointUri": "gs://bucket/ckpt/"}, "1", "gs://bucket/ckpt/1"),
+        ("prod", {P + "checkpointUri": "s3://b/c", P + "runId": "b"}, "b", "s3://b/c/b"),
+    ],
+)
+def test_each_run_has_its_own_checkpoint_directory(stack, overrides, run_id, checkpoint_dir):
+    result = render_stack(stack, overrides)
+    where = f"Pulumi.{stack}.yaml + {overrides}: StatefulSet {_sts(result).metadata['name']}"
+    env = _env(result)
+    assert env[contract.ENV_CHECKPOINT_DIR] == checkpoint_dir, where
+    assert env[contract.ENV_RUN_ID] == run_id, where
+    assert _sts(result).metadata["annotations"] == {RUN_ID_ANNOTATION: run_id}, where
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_a_new_run_replaces_the_statefulset_deleting_first(rendered, stack):
+    sts = _sts(rendered[stack])
+    where = f"stack {stack}: StatefulSet {sts.metadata['name']}"
+    assert sts.replace_on_changes == (f'metadata.annotations["{RUN_ID_ANNOTATION}"]',), where
+    # The old pods hold the names and GPUs the new ones need: create-before-delete would wait.
+    assert sts.delete_before_replace is True, where
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_rollouts_are_left_to_the_trainer(rendered, stack):
+    spec = rendered[stack].one("StatefulSet")["spec"]
+    where = f"stack {stack}: StatefulSet tfd-worker"
+    assert spec["updateStrategy"] == {"type": "OnDelete"}, where
+    assert spec["podManagementPolicy"] == "Parallel", where
+    assert _env(rendered[stack])[contract.ENV_POD_REVISION] == {
+        "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.labels['{REVISION_LABEL}']"}
+    }, where
+
+
+@pytest.mark.parametrize(
+    ("stack", "overrides", "on_done"),
+    [
+        ("dev", {}, "scale-to-zero"),
+        ("prod", {}, "scale-to-zero"),
+        ("dev", {P + "onDone": "idle"}, "idle"),
+    ],
+)
+def test_what_the_workers_do_when_done(stack, overrides, on_done):
+    result = render_stack(stack, overrides)
+    assert _flag(result, "--on-done") == on_done, f"Pulumi.{stack}.yaml + {overrides}"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "target"),
+    [
+        # dev: 500m request, 1 CPU limit: 90 % of the limit is 180 % of the request.
+        ({}, 180),
+        ({P + "autoscalingCpuLimitUtilization": 50}, 100),
+        ({P + "cpuRequest": "1", P + "cpuLimit": "1"}, 90),
+        ({P + "cpuRequest": "300m", P + "autoscalingCpuLimitUtilization": 80}, 267),
+    ],
+)
+def test_hpa_target_is_a_share_of_the_cpu_limit(overrides, target):
+    hpa = render_stack("dev", overrides).one("HorizontalPodAutoscaler")
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["resource"] == {
+        "name": "cpu",
+        "target": {"type": "Utilization", "averageUtilization": target},
+    }, f"Pulumi.dev.yaml + {overrides}: HorizontalPodAutoscaler {hpa['metadata']['name']}"
+
+
+@pytest.mark.parametrize("window", [60, 300, 1800])
+def test_hpa_scales_up_slowly_and_never_down(window):
+    hpa = render_stack("dev", {P + "autoscalingScaleUpWindowSeconds": window}).one(
+        "HorizontalPodAutoscaler"
+    )
+    assert hpa["spec"]["behavior"] == {
+        "scaleDown": {"selectPolicy": "Disabled"},
+        "scaleUp": {
+            "stabilizationWindowSeconds": window,
+            "selectPolicy": "Min",
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": window}],
+        },
+    }, f"HorizontalPodAutoscaler {hpa['metadata']['name']}: behavior"
+
+
+@pytest.mark.parametrize(
+    ("stack", "timeouts"), [("dev", {}), ("prod", {"create": "30m", "update": "30m"})]
+)
+def test_cloud_statefulset_awaits_allow_gpu_scale_up(rendered, stack, timeouts):
+    sts = _sts(rendered[stack])
+    assert sts.custom_timeouts == timeouts, f"stack {stack}: StatefulSet custom timeouts"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "environ", "refused"),
+    [
+        ({}, {}, True),
+        ({}, {"DOCKER_HOST": "tcp://192.168.49.2:2376"}, False),
+        ({P + "dockerHost": "tcp://192.168.49.2:2376"}, {}, False),
+        ({P + "imageReference": "tf-distributed-trainer:0.1.0"}, {}, False),
+    ],
+)
+def test_minikube_build_needs_a_docker_host(overrides, environ, refused):
+    values, secret_keys = stack_config("dev", overrides)
+    if not refused:
+        parse_config(values, secret_keys, {}, environ=environ)
+        return
+    with pytest.raises(ConfigError) as caught:
+        parse_config(values, secret_keys, {}, environ=environ)
+    (line,) = [p for p in caught.value.problems if p.startswith(P + "dockerHost:")]
+    assert "minikube docker-env" in line and line.endswith("; got ''"), line
