@@ -288,11 +288,13 @@ class AutoscalingConfig:
 
 @dataclass(frozen=True)
 class MonitoringConfig:
-    """The monitoring stack (kube-prometheus-stack), only deployed when ``enabled``."""
+    """The monitoring stack (kube-prometheus-stack), only deployed when ``enabled``; ``install``
+    says whether this stack installs it or uses the cluster's existing install."""
 
     enabled: bool
     namespace: str = "monitoring"
     chart_version: str = ""
+    install: bool = True
     grafana_admin_password: pulumi.Output[str] | None = None
 
 
@@ -783,6 +785,7 @@ def parse_config(
 
     # Monitoring.
     mon_on = r.boolean("monitoringEnabled")
+    mon_install = r.boolean("monitoringInstall")
     mon_ns = r.dns_label("monitoringNamespace")
     if mon_on and mon_ns == namespace:
         r.fail("monitoringNamespace", f"must differ from namespace ({namespace})", mon_ns)
@@ -895,6 +898,7 @@ def parse_config(
             enabled=mon_on,
             namespace=mon_ns,
             chart_version=chart_version,
+            install=mon_install,
             grafana_admin_password=secret_values["grafanaAdminPassword"],
         ),
         image=image,

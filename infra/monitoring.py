@@ -1,6 +1,12 @@
 """The optional monitoring stack: kube-prometheus-stack plus the trainer's scrape config,
 alerts and dashboard, as one Pulumi component.
 
+A cluster has one monitoring install; each training stack has its own scrape config and
+alerts. ``monitoringInstall: true`` (the default) makes this stack the installer (namespace,
+secret, release, dashboard below); other training stacks on the same cluster set it to
+``false`` and only add their PodMonitor and PrometheusRule, in their own namespace, so they
+neither collide with the install (``AlreadyExists``) nor remove it on ``pulumi destroy``.
+
 What it creates (every child has ``parent=self`` and so inherits the component's
 ``kubernetes`` provider; no default provider is ever used):
 
@@ -14,7 +20,7 @@ What it creates (every child has ``parent=self`` and so inherits the component's
 - a ``helm.v3.Release`` of ``kube-prometheus-stack`` (pinned chart version) that discovers
   every PodMonitor and PrometheusRule in the cluster and runs Grafana's dashboard sidecar.
 - a PodMonitor in the training namespace that scrapes the worker pods' metrics port.
-- a PrometheusRule with the trainer alerts (:mod:`infra.alerts`).
+- a PrometheusRule with the trainer alerts (:mod:`infra.alerts`), in the training namespace.
 - a ConfigMap with the trainer dashboard (:mod:`infra.dashboards.trainer`), labelled for the
   Grafana sidecar.
 
@@ -87,10 +93,14 @@ class MonitoringArgs:
             tested one is :data:`DEFAULT_CHART_VERSION`.
         grafana_admin_password: Grafana ``admin`` password (a secret Output); ``None`` lets the
             Grafana chart generate one into the Secret ``<namespace>/tfd-monitoring-grafana``.
-        training_namespace: namespace of the worker pods; the PodMonitor goes there.
+        training_namespace: namespace of the worker pods; the PodMonitor and PrometheusRule
+            go there.
         worker_selector: labels of the worker pods (non-empty), matched by the PodMonitor.
         labels: common ``app.kubernetes.io/*`` labels put on every object created here
             (default none).
+        install: this stack installs the cluster's monitoring (namespace, Grafana secret,
+            kube-prometheus-stack release, dashboard); ``False`` uses an existing install in
+            ``namespace`` and creates only this stack's PodMonitor and PrometheusRule.
     """
 
     namespace: str
@@ -99,6 +109,7 @@ class MonitoringArgs:
     training_namespace: pulumi.Input[str]
     worker_selector: dict[str, str]
     labels: dict[str, str] = field(default_factory=dict)
+    install: bool = True
 
 
 def namespace_labels(labels: Mapping[str, str]) -> dict[str, str]:
@@ -199,50 +210,17 @@ class Monitoring(Component):
     ) -> None:
         super().__init__("tfd:infra:Monitoring", name, opts)
         child = self.child_opts()
-
-        ns = k8s.core.v1.Namespace(
-            f"{name}-namespace",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=args.namespace, labels=namespace_labels(args.labels)
-            ),
-            opts=child,
-        )
-        ns_name = ns.metadata.name
-
-        release_deps: list[pulumi.Resource] = []
-        if args.grafana_admin_password is not None:
-            admin_secret = k8s.core.v1.Secret(
-                f"{name}-grafana-admin",
-                metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=GRAFANA_ADMIN_SECRET, namespace=ns_name, labels=dict(args.labels)
-                ),
-                type="Opaque",
-                string_data={
-                    GRAFANA_USER_KEY: GRAFANA_ADMIN_USER,
-                    GRAFANA_PASSWORD_KEY: pulumi.Output.secret(args.grafana_admin_password),
-                },
-                opts=child,
-            )
-            release_deps.append(admin_secret)
-            admin_secret_ref = GRAFANA_ADMIN_SECRET
+        admin_secret_ref = GRAFANA_ADMIN_SECRET if args.grafana_admin_password else GRAFANA_SERVICE
+        if args.install:
+            self.release: k8s.helm.v3.Release | None = self._install(name, args)
+            # Read the namespace through the release so these resolve once the stack exists.
+            ns_name: pulumi.Output[str] = self.release.namespace
+            # The PodMonitor/PrometheusRule kinds exist only once the chart installed its CRDs.
+            after_release = self.child_opts(depends_on=[self.release])
         else:
-            admin_secret_ref = GRAFANA_SERVICE
-
-        self.release = k8s.helm.v3.Release(
-            f"{name}-stack",
-            k8s.helm.v3.ReleaseArgs(
-                name=RELEASE_NAME,
-                chart=CHART_NAME,
-                version=args.chart_version,
-                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
-                namespace=ns_name,
-                values=helm_values(args),
-                timeout=RELEASE_TIMEOUT_S,
-            ),
-            opts=self.child_opts(depends_on=release_deps),
-        )
-        # The PodMonitor/PrometheusRule kinds exist only once the chart installed its CRDs.
-        after_release = self.child_opts(depends_on=[self.release])
+            self.release = None
+            ns_name = pulumi.Output.from_input(args.namespace)
+            after_release = child
 
         self.pod_monitor = k8s.apiextensions.CustomResource(
             f"{name}-pod-monitor",
@@ -258,23 +236,18 @@ class Monitoring(Component):
             f"{name}-rules",
             api_version="monitoring.coreos.com/v1",
             kind="PrometheusRule",
+            # Per training stack, beside its workers: a second stack on the cluster adds its
+            # own rule instead of colliding with this one.
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=PROMETHEUS_RULE_NAME, namespace=ns_name, labels=dict(args.labels)
+                name=PROMETHEUS_RULE_NAME,
+                namespace=args.training_namespace,
+                labels=dict(args.labels),
             ),
             spec={"groups": alerts.rule_groups()},
             opts=after_release,
         )
-        self.dashboard = k8s.core.v1.ConfigMap(
-            f"{name}-dashboard",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=DASHBOARD_CONFIGMAP, namespace=ns_name, labels=dashboard_labels(args.labels)
-            ),
-            data={trainer_dashboard.FILE_NAME: trainer_dashboard.dashboard_json()},
-            opts=child,
-        )
 
-        # Read the namespace through the release so these resolve once the stack exists.
-        released_ns = self.release.namespace
+        released_ns = ns_name
         self.namespace: pulumi.Output[str] = ns_name
         self.grafana_service: pulumi.Output[str] = pulumi.Output.concat(
             released_ns, "/", GRAFANA_SERVICE
@@ -301,3 +274,53 @@ class Monitoring(Component):
                 "grafana_admin_secret": self.grafana_admin_secret,
             }
         )
+
+    def _install(self, name: str, args: MonitoringArgs) -> k8s.helm.v3.Release:
+        """The cluster's monitoring: namespace, Grafana admin secret, release, dashboard."""
+        child = self.child_opts()
+        ns = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=args.namespace, labels=namespace_labels(args.labels)
+            ),
+            opts=child,
+        )
+        release_deps: list[pulumi.Resource] = []
+        if args.grafana_admin_password is not None:
+            admin_secret = k8s.core.v1.Secret(
+                f"{name}-grafana-admin",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=GRAFANA_ADMIN_SECRET, namespace=ns.metadata.name, labels=dict(args.labels)
+                ),
+                type="Opaque",
+                string_data={
+                    GRAFANA_USER_KEY: GRAFANA_ADMIN_USER,
+                    GRAFANA_PASSWORD_KEY: pulumi.Output.secret(args.grafana_admin_password),
+                },
+                opts=child,
+            )
+            release_deps.append(admin_secret)
+        release = k8s.helm.v3.Release(
+            f"{name}-stack",
+            k8s.helm.v3.ReleaseArgs(
+                name=RELEASE_NAME,
+                chart=CHART_NAME,
+                version=args.chart_version,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
+                namespace=ns.metadata.name,
+                values=helm_values(args),
+                timeout=RELEASE_TIMEOUT_S,
+            ),
+            opts=self.child_opts(depends_on=release_deps),
+        )
+        self.dashboard = k8s.core.v1.ConfigMap(
+            f"{name}-dashboard",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=DASHBOARD_CONFIGMAP,
+                namespace=ns.metadata.name,
+                labels=dashboard_labels(args.labels),
+            ),
+            data={trainer_dashboard.FILE_NAME: trainer_dashboard.dashboard_json()},
+            opts=child,
+        )
+        return release

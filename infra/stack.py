@@ -112,6 +112,7 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
             training_namespace=cfg.namespace,
             worker_selector=selector_labels(cfg),
             labels=standard_labels(cfg, "monitoring"),
+            install=cfg.monitoring.install,
         )
 
     provider = make_provider("kubernetes", cfg.cluster)

@@ -448,6 +448,7 @@ def captured() -> Captured:
             "mon", _args(grafana_admin_password=pulumi.Output.secret(PASSWORD)), opts
         )
         monitoring.Monitoring("nopw", _args(namespace="monitoring2"), opts)
+        monitoring.Monitoring("second", _args(install=False, training_namespace="training2"), opts)
         names = ["grafana_service", "grafana_port_forward", "prometheus_port_forward"]
         names += ["grafana_admin_secret", "namespace"]
         return pulumi.Output.all(*(getattr(with_pw, n) for n in names)).apply(
@@ -542,7 +543,7 @@ def test_pod_monitor_selects_workers_in_training_namespace(captured: Captured) -
 def test_prometheus_rule_carries_the_alert_groups(captured: Captured) -> None:
     rule = captured.inputs["mon-rules"].inputs
     assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
-    assert rule["metadata"]["namespace"] == "monitoring"
+    assert rule["metadata"]["namespace"] == "training"
     assert rule["spec"] == {"groups": alerts.rule_groups()}
     assert captured.urns["mon-stack"] in captured.deps["mon-rules"], "needs the CRDs"
 
@@ -588,3 +589,21 @@ def test_core_objects_match_the_kubernetes_schema(captured: Captured, name: str)
         kubernetes_validate.validate(manifest, "1.31.0", strict=True)
     except kubernetes_validate.ValidationError as err:
         pytest.fail(f"{name}: {err.message} at {list(err.path)}")
+
+
+def test_a_second_training_stack_uses_the_existing_install(captured: Captured) -> None:
+    """``install=False``: only this stack's PodMonitor and PrometheusRule, in its namespace;
+    nothing a second stack could collide with, nothing its destroy could take from others."""
+    objects = _k8s_objects(captured, "second")
+    kinds = sorted((a.inputs["kind"], a.inputs["metadata"]["namespace"]) for a in objects.values())
+    assert kinds == [("PodMonitor", "training2"), ("PrometheusRule", "training2")], kinds
+    types = {a.typ for n, a in captured.inputs.items() if n.startswith("second-")}
+    assert "kubernetes:helm.sh/v3:Release" not in types, types
+    installer = {
+        (a.inputs["kind"], a.inputs["metadata"].get("namespace"), a.inputs["metadata"]["name"])
+        for n, a in _k8s_objects(captured, "mon").items()
+        if "kind" in a.inputs
+    }
+    for kind, namespace in kinds:
+        clash = [o for o in installer if o[0] == kind and o[1] == namespace]
+        assert not clash, f"{kind} in {namespace} collides with the installer's {clash}"
