@@ -1,0 +1,186 @@
+"""The run's lifecycle on the real engine and control plane: the trainer's own API calls (made by
+``trainer/k8s.py`` with the workers' ServiceAccount token), what the StatefulSet, HPA and Pulumi
+then do. kwok runs no container, so the trainer's decision to call (done, rollout) is proved by
+the trainer's own tests and by the real-node suite; here the calls themselves are real.
+
+The tests of this module run in order and share one deployed stack (its own namespace).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+
+import pytest
+
+from tests.e2e.harness import KUBECONFIG, Kube, Project
+from trainer import contract, k8s
+
+NAMESPACE = "tfd-life"
+STATEFULSET = "tfd-worker"
+SERVICE_ACCOUNT = "tfd-worker"
+STS_TYPE = "kubernetes:apps/v1:StatefulSet"
+HPA_SYNC_S = 5  # tools/cluster.py: --horizontal-pod-autoscaler-sync-period
+
+
+@pytest.fixture(scope="module")
+def project(new_project: Callable[..., Project]) -> Project:
+    stack = new_project("life", stack_file="e2e")
+    stack.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
+    stack.set("namespace", NAMESPACE)
+    return stack
+
+
+@pytest.fixture(scope="module")
+def deployed(project: Project, kube: Kube) -> Project:
+    project.up()
+    kube.wait_for("2 ready workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 2)
+    return project
+
+
+@pytest.fixture(scope="module")
+def worker_env(tmp_path_factory: pytest.TempPathFactory, kube: Kube) -> Callable[[str], dict]:
+    """``worker_env(pod)``: the API part of a worker's environment, with a token of the workers'
+    ServiceAccount (what the projected volume holds in a pod) and the cluster's CA."""
+    work = tmp_path_factory.mktemp("worker-api")
+    cluster = json.loads(KUBECONFIG.read_text())["clusters"][0]["cluster"]
+    (work / "ca.crt").write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+
+    def make(pod: str) -> dict[str, str]:
+        token = kube.run(
+            "create", "token", SERVICE_ACCOUNT, "-n", NAMESPACE, "--duration=10m"
+        ).strip()
+        (work / "token").write_text(token)
+        return {
+            contract.ENV_API_URL: cluster["server"],
+            contract.ENV_API_TOKEN_PATH: str(work / "token"),
+            contract.ENV_API_CA_PATH: str(work / "ca.crt"),
+            contract.ENV_NAMESPACE: NAMESPACE,
+            contract.ENV_STATEFULSET: STATEFULSET,
+            contract.ENV_POD_NAME: pod,
+        }
+
+    return make
+
+
+def _pods(kube: Kube) -> list[dict]:
+    return kube.items("pod", NAMESPACE, "app.kubernetes.io/instance=tfd")
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "allowed"),
+    [
+        ("get", f"statefulsets.apps/{STATEFULSET}", True),
+        ("patch", f"statefulsets.apps/{STATEFULSET}", False),
+        ("update", f"statefulsets.apps/{STATEFULSET}", False),
+        ("get", "statefulsets.apps/other", False),
+        ("list", "statefulsets.apps", False),
+        ("delete", f"pods/{STATEFULSET}-0", True),
+        ("delete", f"pods/{STATEFULSET}-2", True),  # autoscalingMaxReplicas 3
+        ("delete", f"pods/{STATEFULSET}-3", False),
+        ("delete", "pods/other", False),
+        ("get", f"pods/{STATEFULSET}-0", False),
+        ("create", "pods", False),
+        ("get", "secrets", False),
+    ],
+)
+def test_workers_may_make_exactly_the_trainer_calls(
+    deployed: Project, kube: Kube, verb: str, resource: str, allowed: bool
+) -> None:
+    answer = kube.run(
+        "auth", "can-i", verb, resource, "-n", NAMESPACE,
+        f"--as=system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}",
+        check=False,
+    ).strip()  # fmt: skip
+    assert answer == ("yes" if allowed else "no"), f"{verb} {resource}: {answer}"
+    # The scale subresource: kubectl can-i takes it with --subresource.
+    scale = kube.run(
+        "auth", "can-i", "patch", f"statefulsets.apps/{STATEFULSET}", "--subresource=scale",
+        "-n", NAMESPACE, f"--as=system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}",
+        check=False,
+    ).strip()  # fmt: skip
+    assert scale == "yes", f"patch statefulsets/scale: {scale}"
+
+
+def test_done_scales_to_zero_and_stays_without_diff(
+    deployed: Project, kube: Kube, worker_env: Callable[[str], dict]
+) -> None:
+    env = worker_env(f"{STATEFULSET}-0")
+    k8s.scale_to_zero(env)
+    kube.wait_for("no worker pods", lambda: _pods(kube) == [] or None)
+    deployed.preview(expect_no_changes=True)
+    # The HPA (min 2) must not bring a finished run back: wait out several of its syncs.
+    kube.wait_for(
+        "the HPA reports scaling disabled",
+        lambda: any(
+            c["type"] == "ScalingActive" and c["status"] == "False"
+            and c["reason"] == "ScalingDisabled"
+            for c in (kube.get("hpa", STATEFULSET, NAMESPACE).get("status") or {}).get(
+                "conditions", []
+            )
+        ),
+        timeout=6 * HPA_SYNC_S,
+    )  # fmt: skip
+    sts = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
+    assert sts["spec"]["replicas"] == 0, "the HPA revived a finished run"
+    assert _pods(kube) == []
+    managers = {m["manager"] for m in sts["metadata"]["managedFields"] if m.get("subresource")}
+    assert managers, "the scale went through the scale subresource"
+
+
+def test_a_new_run_id_replaces_the_statefulset_at_full_size(deployed: Project, kube: Kube) -> None:
+    deployed.set("runId", "2")
+    preview = deployed.preview()
+    changed = {(s.op, s.name) for s in preview.changed()}
+    assert changed and {name for _, name in changed} == {"workers"}, changed
+    assert any(op in ("replace", "delete-replaced") for op, _ in changed), changed
+    up = deployed.up()
+    assert {s.name for s in up.changed()} == {"workers"}, [(s.op, s.name) for s in up.changed()]
+    kube.wait_for("2 ready workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 2)
+    sts = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
+    assert sts["metadata"]["annotations"]["tf-distributed.io/run-id"] == "2"
+    env = {
+        e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env[contract.ENV_CHECKPOINT_DIR] == "/checkpoints/tfd/2", env
+    deployed.preview(expect_no_changes=True)
+
+
+def test_a_rollout_waits_for_the_workers_then_all_restart_once(
+    deployed: Project, kube: Kube, worker_env: Callable[[str], dict]
+) -> None:
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in _pods(kube)}
+    assert len(before) == 2, before
+    deployed.set("imageReference", "tf-distributed-trainer:0.2.0")
+    up = deployed.up()
+    assert [(s.op, s.name) for s in up.changed()] == [("update", "workers")]
+    sts = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
+    new_revision = sts["status"]["updateRevision"]
+    # OnDelete: the controller replaced nothing; every pod still runs the old template.
+    pods = _pods(kube)
+    assert {p["metadata"]["uid"] for p in pods} == set(before.values())
+    assert all(p["metadata"]["labels"]["controller-revision-hash"] != new_revision for p in pods), (
+        "a pod was replaced by the controller"
+    )
+    state = k8s.statefulset_state(worker_env(f"{STATEFULSET}-0"))
+    assert state.update_revision == new_revision, state
+    # What each worker does once all agreed to stop: delete its own pod.
+    for name in before:
+        k8s.delete_own_pod(worker_env(name))
+
+    def all_new() -> bool:
+        now = _pods(kube)
+        return (
+            len(now) == 2
+            and all(p["metadata"]["uid"] not in before.values() for p in now)
+            and all(
+                p["metadata"]["labels"]["controller-revision-hash"] == new_revision for p in now
+            )
+            and kube.ready_replicas(STATEFULSET, NAMESPACE) == 2
+        )
+
+    kube.wait_for("both workers recreated from the new template", all_new)
+    images = {p["spec"]["containers"][0]["image"] for p in _pods(kube)}
+    assert images == {"tf-distributed-trainer:0.2.0"}, images
+    deployed.preview(expect_no_changes=True)
