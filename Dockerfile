@@ -52,5 +52,6 @@ EXPOSE 2222 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('TFD_METRICS_PORT', '8080') + '/healthz', timeout=4)"]
 
-# Must equal trainer.contract.ENTRYPOINT; the StatefulSet sets only `args`.
-ENTRYPOINT ["python", "-m", "trainer"]
+# Must equal trainer.contract.ENTRYPOINT; the StatefulSet sets only `args`. The supervisor runs
+# `python -m trainer <args>` and restarts it in place on a planned restart (exit 75/76).
+ENTRYPOINT ["python", "-m", "trainer.supervisor"]

@@ -38,19 +38,10 @@ def join(root: str, name: str) -> str:
     return f"{root}/{name}"
 
 
-def _gfile() -> Any:
+def gfile() -> Any:
     import tensorflow as tf
 
     return tf.io.gfile
-
-
-def done_exists(root: str) -> bool:
-    try:
-        return _gfile().exists(join(root, contract.DONE_MARKER))
-    except Exception as err:  # noqa: BLE001 - tf.errors.OpError without importing tf eagerly
-        raise CheckpointError(
-            f"{contract.ENV_CHECKPOINT_DIR}={root!r}: cannot access: {err}"
-        ) from None
 
 
 def restore(
@@ -110,10 +101,15 @@ def restore(
     batch_var.assign(global_batch)
     step_var.assign(step)
     optimizer = tracked.get("optimizer")
+    optimizer_state = {}
     if optimizer is not None:
         optimizer.iterations.assign(step)
         replicas = max(1, global_batch // config.batch_size)
         optimizer.learning_rate.assign(config.learning_rate_for(replicas))
+        optimizer_state = {
+            "optimizer_iterations": int(optimizer.iterations.numpy()),
+            "learning_rate": float(optimizer.learning_rate.numpy()),
+        }
     if saved_batch != global_batch:
         log.event(
             "rescale",
@@ -131,7 +127,7 @@ def restore(
     metrics.resumes_total.inc()
     metrics.checkpointed(step, _mtime(latest + ".index"))
     metrics.step.set(step)
-    log.event("resume", step=step, checkpoint=latest)
+    log.event("resume", step=step, checkpoint=latest, **optimizer_state)
     return step
 
 
@@ -169,16 +165,16 @@ def save(
 
 
 def write_text(path: str, text: str) -> None:
-    gfile = _gfile()
+    fs = gfile()
     tmp = path + ".tmp"
-    with gfile.GFile(tmp, "w") as f:
+    with fs.GFile(tmp, "w") as f:
         f.write(text)
-    gfile.rename(tmp, path, overwrite=True)
+    fs.rename(tmp, path, overwrite=True)
 
 
 def _mtime(path: str) -> float | None:
     try:
-        return _gfile().stat(path).mtime_nsec / 1e9
+        return gfile().stat(path).mtime_nsec / 1e9
     except Exception:  # noqa: BLE001 - only a metric; object stores may not report it
         return None
 

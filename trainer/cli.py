@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     config = parse_args(argv)
     try:
-        from trainer.train import run
+        from trainer.lifecycle import run
 
         code = run(config, os.environ)
     except TrainerError as err:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ON_DONE = ("idle", "exit")
-LR_SCALING = ("none", "linear")
-"""``--learning-rate-scaling``: ``none`` uses ``--learning-rate`` whatever the global batch;
-``linear`` multiplies it by the number of replicas (the linear scaling rule, Goyal et al. 2017)."""
+from trainer.contract import ON_DONE_MODES
+
+ON_DONE = ON_DONE_MODES
+LR_SCALING = ("linear", "none")
+"""``--learning-rate-scaling``: ``linear`` (default) multiplies ``--learning-rate`` by the number
+of replicas, so the rate is proportional to the global batch (the linear scaling rule, Goyal et
+al. 2017); ``none`` uses ``--learning-rate`` whatever the global batch."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class Config:
     seed: int = 1
     deterministic: bool = False
     learning_rate: float = 1e-3
-    learning_rate_scaling: str = "none"
+    learning_rate_scaling: str = "linear"
     synthetic_examples: int = 4096
     eval_dataset: str = ""
     eval_split: float = 0.0

@@ -18,9 +18,9 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from trainer.errors import ContractError
+from trainer.errors import EXIT_PEER_LOST, EXIT_RESTART, ContractError
 
 # --- Environment variable names (set by the StatefulSet; the local launcher sets the same). ---
 ENV_POD_NAME = "TFD_POD_NAME"
@@ -41,24 +41,43 @@ ENV_GRPC_PORT = "TFD_GRPC_PORT"
 ENV_CLUSTER_DOMAIN = "TFD_CLUSTER_DOMAIN"
 """Cluster DNS domain (default ``cluster.local``)."""
 ENV_CHECKPOINT_DIR = "TFD_CHECKPOINT_DIR"
-"""Shared checkpoint location: a path on the shared volume, or a ``gs://``/``s3://`` URI."""
+"""The run's checkpoint directory, ``<root>/<run id>``: a path on the shared volume, or a
+``gs://``/``s3://`` URI. One directory per run: a new run id is a new directory, so a new run
+trains from step 0 and a finished run stays finished (see :data:`ENV_RUN_ID`)."""
+ENV_RUN_ID = "TFD_RUN_ID"
+"""Identity of the training run (:data:`RUN_ID`): must equal the last path segment of
+``TFD_CHECKPOINT_DIR``; when unset it is taken from there. Logged in ``start``, written to
+``summary.json`` and ``DONE``, and the ``run_id`` label of ``tfd_run_info``."""
+ENV_POD_REVISION = "TFD_POD_REVISION"
+"""The pod's ``controller-revision-hash`` label (downward API
+``metadata.labels['controller-revision-hash']``). With API access the trainer compares it with
+the StatefulSet's ``status.updateRevision``: a non-empty update revision that differs means a
+rollout (``trainer.watch.decide``). Unset: rollouts are not detected."""
 ENV_METRICS_PORT = "TFD_METRICS_PORT"
 """TCP port of the HTTP server with ``/metrics``, ``/healthz`` and ``/readyz``."""
 ENV_API_TOKEN_PATH = "TFD_API_TOKEN_PATH"
-"""Projected service-account token file, read only when ``TFD_REPLICAS_SOURCE=api``."""
+"""Projected service-account token file, read when API access is configured
+(:func:`api_configured`)."""
 ENV_API_CA_PATH = "TFD_API_CA_PATH"
-"""CA bundle of the API server, read only when ``TFD_REPLICAS_SOURCE=api``."""
+"""CA bundle of the API server (``https://`` URLs), read when API access is configured."""
 ENV_API_URL = "TFD_API_URL"
-"""Base URL of the Kubernetes API (default ``https://kubernetes.default.svc``)."""
+"""Base URL of the Kubernetes API. Setting it (non-empty) is what configures API access
+(:func:`api_configured`); ``TFD_REPLICAS_SOURCE=api`` alone also does, at
+:data:`DEFAULT_API_URL`. With API access the trainer watches its StatefulSet (world size,
+rollouts) and may scale it to zero and delete its own pod (:data:`API_CALLS`)."""
+ENV_SUPERVISOR_RESTARTS = "TFD_SUPERVISOR_RESTARTS"
+"""Set by the supervisor (:data:`ENTRYPOINT`) for the trainer it starts: planned restarts so far
+in this container; exported as ``tfd_supervisor_restarts_total``. Never set by the manifest."""
+ENV_SUPERVISOR_MAX_RESTARTS = "TFD_SUPERVISOR_MAX_RESTARTS"
+"""Optional: planned restarts allowed within ``TFD_SUPERVISOR_WINDOW_SECONDS`` before the
+supervisor gives up (default :data:`SUPERVISOR_MAX_RESTARTS`)."""
+ENV_SUPERVISOR_WINDOW_SECONDS = "TFD_SUPERVISOR_WINDOW_SECONDS"
+"""Optional: the hot-loop window in seconds (default :data:`SUPERVISOR_WINDOW_SECONDS`)."""
+ENV_SUPERVISOR_PAUSE_SECONDS = "TFD_SUPERVISOR_PAUSE_SECONDS"
+"""Optional: fixed pause before each planned restart (default :data:`SUPERVISOR_PAUSE_SECONDS`)."""
 ENV_WORKER_HOSTS = "TFD_WORKER_HOSTS"
 """Local runs only (never set in a cluster): comma-separated ``host:port`` per worker that
 replace the DNS-derived addresses, so N processes on one machine can use loopback ports."""
-ENV_RUN_ID = "TFD_RUN_ID"
-"""Identity of the training run (logged and in ``summary.json``); its checkpoints and ``DONE``
-live under ``TFD_CHECKPOINT_DIR``, which the stack makes per run."""
-ENV_POD_REVISION = "TFD_POD_REVISION"
-"""The pod's ``controller-revision-hash`` label, from the downward API: a StatefulSet
-``status.updateRevision`` that differs means a rollout is waiting for this pod."""
 ENV_TF_CONFIG = "TF_CONFIG"
 """An explicit ``TF_CONFIG`` always wins over the derived one."""
 
@@ -75,21 +94,83 @@ METRICS_PATH = "/metrics"
 LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
 DONE_MARKER = "DONE"
-"""File the chief writes into the checkpoint directory once the final model is saved."""
+"""File the chief writes into the checkpoint directory once the final model is saved (JSON:
+``run_id``, ``final_step``, ``epochs``, ``steps_per_epoch``, ``global_batch``)."""
 REPLICAS_SOURCES = ("env", "api")
 
-API_CALLS: tuple[tuple[str, str, str], ...] = (
-    ("apps", "statefulsets", "get"),
-    ("apps", "statefulsets/scale", "patch"),
-    ("", "pods", "delete"),
-)
-"""Every Kubernetes API call the trainer makes, as (API group, resource, verb): read its
-StatefulSet, scale it to zero when the run is done, delete its own pod for a rollout. The
-stack's Role grants exactly these, on the StatefulSet's and its pods' names only."""
+RUN_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+"""A run id: 1-63 letters, digits, ``-``, ``_``, ``.``, starting and ending with a letter or
+digit (a Kubernetes label value, a path segment, a Prometheus label value)."""
 
-ENTRYPOINT: tuple[str, ...] = ("python", "-m", "trainer")
-"""The trainer image's entrypoint. The Dockerfile's ENTRYPOINT must equal this (a test parses
-it); the StatefulSet sets only ``args`` so the image stays the one definition."""
+ENTRYPOINT: tuple[str, ...] = ("python", "-m", "trainer.supervisor")
+"""The trainer image's entrypoint: the supervisor, which runs ``python -m trainer <args>`` as
+its child and restarts it at once, inside the container, when it exits with one of
+:data:`SUPERVISOR_RESTART_CODES` (no kubelet back-off). The Dockerfile's ENTRYPOINT must equal
+this (a test parses it); the StatefulSet sets only ``args`` (the trainer's flags)."""
+TRAINER_MODULE = "trainer"
+"""The supervisor's child: ``python -m trainer <args>``."""
+SUPERVISOR_RESTART_CODES: tuple[int, ...] = (EXIT_PEER_LOST, EXIT_RESTART)
+"""Exit codes of a planned restart (75: a peer died; 76: preempted, world size changed or
+rollout): the supervisor starts the trainer again. Any other code ends the container with it."""
+SUPERVISOR_MAX_RESTARTS = 10
+"""More planned restarts than this within :data:`SUPERVISOR_WINDOW_SECONDS` is a hot loop: the
+supervisor exits with the trainer's code (the kubelet's back-off takes over)."""
+SUPERVISOR_WINDOW_SECONDS = 300.0
+SUPERVISOR_PAUSE_SECONDS = 1.0
+
+ON_DONE_SCALE_TO_ZERO = "scale-to-zero"
+ON_DONE_IDLE = "idle"
+ON_DONE_EXIT = "exit"
+ON_DONE_MODES: tuple[str, ...] = (ON_DONE_SCALE_TO_ZERO, ON_DONE_IDLE, ON_DONE_EXIT)
+"""Values of the trainer's ``--on-done`` flag: what a worker does once the run is finished.
+``scale-to-zero`` (needs API access): the chief PATCHes the StatefulSet's ``scale`` to 0
+replicas, every worker waits for SIGTERM; ``idle``: serve the final metrics until terminated;
+``exit``: exit 0."""
+
+
+class ApiCall(NamedTuple):
+    """One kind of Kubernetes API request the trainer makes (an RBAC rule's parts)."""
+
+    api_group: str
+    """``""`` is the core group."""
+    resource: str
+    verb: str
+
+
+API_CALLS: tuple[ApiCall, ...] = (
+    ApiCall("apps", "statefulsets", "get"),
+    ApiCall("apps", "statefulsets/scale", "patch"),
+    ApiCall("", "pods", "delete"),
+)
+"""Every API request the trainer's adapter (``trainer/k8s.py``) can make, and nothing else (a
+test checks it). The Role grants exactly these, on the names :func:`api_resource_names` gives:
+
+- ``get statefulsets`` (its own StatefulSet): live ``spec.replicas`` and ``status.updateRevision``;
+- ``patch statefulsets/scale`` (its own StatefulSet): ``--on-done scale-to-zero``;
+- ``delete pods`` (``<statefulset>-0`` .. ``<statefulset>-<max-1>``): a worker deletes its own
+  pod after a rollout stop, so the controller recreates it from the new template.
+"""
+
+
+def api_resource_names(call: ApiCall, statefulset: str, max_replicas: int) -> list[str]:
+    """The ``resourceNames`` of the Role rule for ``call``: the StatefulSet, or its pods."""
+    if call.resource == "pods":
+        return [f"{statefulset}-{i}" for i in range(max_replicas)]
+    return [statefulset]
+
+
+def role_rules(statefulset: str, max_replicas: int) -> list[dict[str, Any]]:
+    """The Role's ``rules`` for :data:`API_CALLS` (one rule per call, least privilege)."""
+    return [
+        {
+            "apiGroups": [call.api_group],
+            "resources": [call.resource],
+            "resourceNames": api_resource_names(call, statefulset, max_replicas),
+            "verbs": [call.verb],
+        }
+        for call in API_CALLS
+    ]
+
 
 COLLECTIVES: tuple[str, ...] = ("auto", "ring", "nccl")
 """Values of the trainer's ``--collective`` flag (the stack config's ``collective`` key)."""
@@ -202,6 +283,39 @@ def grpc_port(env: Mapping[str, str]) -> int:
 def metrics_port(env: Mapping[str, str]) -> int:
     """The metrics/health port from the environment (default 8080, range 1-65535)."""
     return _int_in_range(env, ENV_METRICS_PORT, DEFAULT_METRICS_PORT, 1, 65535)
+
+
+def api_configured(env: Mapping[str, str]) -> bool:
+    """Whether the pod can call the Kubernetes API: ``TFD_API_URL`` is non-empty, or
+    ``TFD_REPLICAS_SOURCE=api`` (which reads the StatefulSet, at :data:`DEFAULT_API_URL` unless
+    ``TFD_API_URL`` says otherwise). An explicit ``TF_CONFIG`` never disables it."""
+    return bool(env.get(ENV_API_URL, "").strip()) or replicas_source(env) == "api"
+
+
+def run_id_from_env(env: Mapping[str, str]) -> str:
+    """The run id: ``TFD_RUN_ID``, which must be the last segment of ``TFD_CHECKPOINT_DIR``;
+    when unset, that last segment itself (not validated: it only labels logs and metrics).
+
+    Raises:
+        ContractError: ``TFD_RUN_ID`` does not match :data:`RUN_ID` or is not the checkpoint
+            directory's last segment.
+    """
+    directory = env.get(ENV_CHECKPOINT_DIR, "").strip().rstrip("/")
+    last = directory.rsplit("/", 1)[-1]
+    explicit = env.get(ENV_RUN_ID, "").strip()
+    if not explicit:
+        return last
+    if not RUN_ID.match(explicit):
+        raise ContractError(
+            f"{ENV_RUN_ID}: must be 1-63 letters, digits, '-', '_' or '.', starting and ending "
+            f"with a letter or digit; got {explicit!r}"
+        )
+    if last != explicit:
+        raise ContractError(
+            f"{ENV_CHECKPOINT_DIR}: must be '<root>/{explicit}' (one directory per "
+            f"{ENV_RUN_ID}); got {directory!r}"
+        )
+    return explicit
 
 
 def replicas_source(env: Mapping[str, str]) -> str:
@@ -342,6 +456,12 @@ METRIC_RESUMES_TOTAL = "tfd_resumes_total"
 """Times this process resumed from a checkpoint (counter)."""
 METRIC_COMPLETED = "tfd_training_completed"
 """1 once the DONE marker exists, else 0 (gauge)."""
+METRIC_RUN_INFO = "tfd_run_info"
+"""Always 1, with labels ``run_id`` (:data:`ENV_RUN_ID`) and ``revision``
+(:data:`ENV_POD_REVISION`, empty when unset)."""
+METRIC_SUPERVISOR_RESTARTS = "tfd_supervisor_restarts_total"
+"""Planned restarts of the trainer by the supervisor in this container (counter, from
+:data:`ENV_SUPERVISOR_RESTARTS`; 0 when the trainer runs without the supervisor)."""
 METRIC_NAMES: tuple[str, ...] = (
     METRIC_STEP,
     METRIC_STEPS_TOTAL,
@@ -362,6 +482,8 @@ METRIC_NAMES: tuple[str, ...] = (
     METRIC_CHECKPOINT_SAVE_SECONDS,
     METRIC_RESUMES_TOTAL,
     METRIC_COMPLETED,
+    METRIC_RUN_INFO,
+    METRIC_SUPERVISOR_RESTARTS,
 )
 HISTOGRAMS: tuple[str, ...] = (METRIC_STEP_SECONDS, METRIC_CHECKPOINT_SAVE_SECONDS)
 """Exposed as ``<name>_bucket``, ``<name>_sum`` and ``<name>_count`` series."""

@@ -22,6 +22,9 @@ EXIT_CHECKPOINT = 5
 """A checkpoint exists but cannot be restored (corrupt or incompatible)."""
 EXIT_MODEL = 6
 """The ``--model module:function`` builder cannot be imported or returns no model."""
+EXIT_API = 7
+"""A Kubernetes API call the run's lifecycle needs failed (scale to zero, delete own pod): the
+message names the URL and the HTTP status (403: the Role lacks ``contract.API_CALLS``)."""
 EXIT_PEER_LOST = 75
 """A peer died or a collective timed out: restart every worker (EX_TEMPFAIL)."""
 EXIT_RESTART = 76
@@ -64,6 +67,12 @@ class ModelError(TrainerError):
     exit_code = EXIT_MODEL
 
 
+class ApiError(TrainerError):
+    """A Kubernetes API call of the lifecycle (PATCH scale, DELETE pod) failed."""
+
+    exit_code = EXIT_API
+
+
 class PeerLostError(TrainerError):
     """A collective failed because a peer stopped answering (heartbeat or collective timeout)."""
 
@@ -74,3 +83,8 @@ class RestartRequested(TrainerError):  # noqa: N818 - a request, not a failure
     """Training stopped at a checkpoint on purpose (SIGTERM, new world size); restart to resume."""
 
     exit_code = EXIT_RESTART
+
+
+class RolloutRequested(RestartRequested):
+    """Every worker stopped at a checkpoint because the StatefulSet has a new revision: each
+    deletes its own pod so the controller recreates it from the new template."""

@@ -1,7 +1,12 @@
-"""Live world size: the worker StatefulSet's ``spec.replicas`` from the Kubernetes API.
+"""The trainer's Kubernetes API adapter: exactly the requests of ``contract.API_CALLS``.
 
-Used when ``TFD_REPLICAS_SOURCE=api`` (an autoscaler may change the replica count). Standard
-library only: one authenticated GET with the pod's projected service-account token.
+- GET its StatefulSet: live ``spec.replicas`` (``TFD_REPLICAS_SOURCE=api``) and
+  ``status.updateRevision`` (rollouts);
+- PATCH the StatefulSet's ``scale`` subresource to 0 replicas (``--on-done scale-to-zero``);
+- DELETE its own pod (after a rollout stop, so the controller recreates it).
+
+Standard library only: every request goes through :func:`_request`, which refuses anything not
+in ``contract.API_CALLS``, with the pod's projected service-account token and CA bundle.
 """
 
 from __future__ import annotations
@@ -11,32 +16,68 @@ import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from trainer import contract
-from trainer.errors import ContractError
+from trainer.errors import ApiError, ContractError
 
 _TIMEOUT_S = 5.0
+MERGE_PATCH = "application/merge-patch+json"
+SCALE_TO_ZERO = {"spec": {"replicas": 0}}
+
+
+@dataclass(frozen=True)
+class StatefulSetState:
+    """What the trainer reads from its StatefulSet."""
+
+    replicas: int
+    """``spec.replicas``."""
+    update_revision: str
+    """``status.updateRevision`` (``""`` when the controller has not set it yet)."""
+
+
+def _base(env: Mapping[str, str]) -> str:
+    return (env.get(contract.ENV_API_URL, "").strip() or contract.DEFAULT_API_URL).rstrip("/")
+
+
+def _names(env: Mapping[str, str], *keys: str) -> list[str]:
+    values = [env.get(key, "").strip() for key in keys]
+    for key, value in zip(keys, values, strict=True):
+        if not value:
+            raise ContractError(f"{key}: required for Kubernetes API calls")
+    return values
 
 
 def statefulset_url(env: Mapping[str, str]) -> str:
     """``{api}/apis/apps/v1/namespaces/{ns}/statefulsets/{name}`` from the contract env."""
-    base = (env.get(contract.ENV_API_URL, "").strip() or contract.DEFAULT_API_URL).rstrip("/")
-    namespace = env.get(contract.ENV_NAMESPACE, "").strip()
-    name = env.get(contract.ENV_STATEFULSET, "").strip()
-    for key, value in ((contract.ENV_NAMESPACE, namespace), (contract.ENV_STATEFULSET, name)):
-        if not value:
-            raise ContractError(f"{key}: required when {contract.ENV_REPLICAS_SOURCE}=api")
-    return f"{base}/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}"
+    namespace, name = _names(env, contract.ENV_NAMESPACE, contract.ENV_STATEFULSET)
+    return f"{_base(env)}/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}"
 
 
-def live_replicas(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> int:
-    """``spec.replicas`` of this worker's StatefulSet.
+def pod_url(env: Mapping[str, str]) -> str:
+    """``{api}/api/v1/namespaces/{ns}/pods/{TFD_POD_NAME}``: this worker's own pod."""
+    namespace, pod = _names(env, contract.ENV_NAMESPACE, contract.ENV_POD_NAME)
+    return f"{_base(env)}/api/v1/namespaces/{namespace}/pods/{pod}"
+
+
+def _request(
+    env: Mapping[str, str],
+    call: contract.ApiCall,
+    url: str,
+    body: Any = None,
+    content_type: str = "",
+    timeout_s: float = _TIMEOUT_S,
+) -> Any:
+    """One authenticated request; returns the decoded JSON answer.
 
     Raises:
-        ContractError: the token/CA cannot be read, the API call fails, or the answer has no
-            positive integer ``spec.replicas``; the message names the URL or file.
+        ContractError: the token or CA bundle cannot be read.
+        urllib.error.HTTPError, urllib.error.URLError, OSError, ValueError: the call failed;
+            callers turn these into their own one-line errors.
     """
-    url = statefulset_url(env)
+    if call not in contract.API_CALLS:  # the Role grants API_CALLS and nothing else
+        raise AssertionError(f"{call} is not in contract.API_CALLS")
     token_path = env.get(contract.ENV_API_TOKEN_PATH, "") or contract.DEFAULT_API_TOKEN_PATH
     try:
         with open(token_path, encoding="utf-8") as f:
@@ -54,17 +95,95 @@ def live_replicas(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> int:
             raise ContractError(
                 f"{contract.ENV_API_CA_PATH}: cannot load {ca_path!r}: {err}"
             ) from None
-    request = urllib.request.Request(
-        url, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"}
-    )
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = content_type
+    method = {"get": "GET", "patch": "PATCH", "delete": "DELETE"}[call.verb]
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:
+        raw = resp.read()
+    return json.loads(raw) if raw.strip() else {}
+
+
+def _why(err: urllib.error.HTTPError) -> str:
+    """``HTTP 403 Forbidden: <the API's Status message>`` on one line."""
+    message = ""
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:
-            doc = json.loads(resp.read())
+        doc = json.loads(err.read() or b"{}")
+        message = str(doc.get("message", "")) if isinstance(doc, dict) else ""
+    except (ValueError, OSError):
+        pass
+    text = f"HTTP {err.code} {err.reason}"
+    return f"{text}: {' '.join(message.split())[:300]}" if message else text
+
+
+def statefulset_state(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> StatefulSetState:
+    """``spec.replicas`` and ``status.updateRevision`` of this worker's StatefulSet.
+
+    Raises:
+        ContractError: the token/CA cannot be read, the call fails, or the answer has no
+            positive integer ``spec.replicas``; the message names the URL or file.
+    """
+    url = statefulset_url(env)
+    try:
+        doc = _request(env, contract.API_CALLS[0], url, timeout_s=timeout_s)
     except urllib.error.HTTPError as err:
-        raise ContractError(f"GET {url}: HTTP {err.code} {err.reason}") from None
+        raise ContractError(f"GET {url}: {_why(err)}") from None
     except (urllib.error.URLError, OSError, ValueError) as err:
         raise ContractError(f"GET {url}: {err}") from None
-    replicas = (doc.get("spec") or {}).get("replicas") if isinstance(doc, dict) else None
+    doc = doc if isinstance(doc, dict) else {}
+    replicas = (doc.get("spec") or {}).get("replicas")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise ContractError(f"GET {url}: spec.replicas must be an integer >= 1; got {replicas!r}")
-    return replicas
+    revision = (doc.get("status") or {}).get("updateRevision") or ""
+    return StatefulSetState(replicas, revision if isinstance(revision, str) else "")
+
+
+def live_replicas(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> int:
+    """``spec.replicas`` of this worker's StatefulSet (see :func:`statefulset_state`)."""
+    return statefulset_state(env, timeout_s).replicas
+
+
+def scale_to_zero(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> str:
+    """PATCH the StatefulSet's ``scale`` subresource to ``spec.replicas: 0``; returns the URL.
+
+    Raises:
+        ApiError: the call failed; the message names the URL and the HTTP status.
+    """
+    url = statefulset_url(env) + "/scale"
+    _call(env, contract.API_CALLS[1], url, SCALE_TO_ZERO, MERGE_PATCH, timeout_s)
+    return url
+
+
+def delete_own_pod(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> str:
+    """DELETE this worker's pod (``TFD_POD_NAME``); returns the URL. A pod already gone (404)
+    is fine: it is what was asked.
+
+    Raises:
+        ApiError: the call failed; the message names the URL and the HTTP status.
+    """
+    url = pod_url(env)
+    _call(env, contract.API_CALLS[2], url, None, "", timeout_s, ok_missing=True)
+    return url
+
+
+def _call(
+    env: Mapping[str, str],
+    call: contract.ApiCall,
+    url: str,
+    body: Any,
+    content_type: str,
+    timeout_s: float,
+    ok_missing: bool = False,
+) -> None:
+    method = call.verb.upper()
+    try:
+        _request(env, call, url, body, content_type, timeout_s)
+    except urllib.error.HTTPError as err:
+        if ok_missing and err.code == 404:
+            return
+        raise ApiError(f"{method} {url}: {_why(err)}") from None
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise ApiError(f"{method} {url}: {err}") from None

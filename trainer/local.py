@@ -8,8 +8,9 @@ last checkpoint. The last stdout line is one JSON object::
 
     {"workers", "final_step", "loss", "accuracy", "examples_per_sec", "wall_s", "restarts"}
 
-plus ``"exit_code"``, ``"checkpoint_dir"`` and ``"launch_to_first_step_s"`` (seconds from
-starting the last attempt's processes to the chief's first finished training call). Unknown
+plus ``"exit_code"``, ``"run_id"``, ``"checkpoint_dir"`` and ``"launch_to_first_step_s"``
+(seconds from starting the last attempt's processes to the chief's first finished training
+call). Unknown
 flags go to every worker (see ``python -m trainer --help``) and are validated before anything
 starts.
 """
@@ -35,6 +36,7 @@ from typing import Any, TextIO
 from trainer import contract
 from trainer.cli import build_parser
 from trainer.errors import (
+    EXIT_API,
     EXIT_CHECKPOINT,
     EXIT_CONTRACT,
     EXIT_DATA,
@@ -47,9 +49,9 @@ STATEFULSET = "tfd-worker"
 SERVICE = "tfd-workers"
 NAMESPACE = "local"
 PERMANENT_EXIT_CODES = frozenset(
-    {EXIT_USAGE, EXIT_CONTRACT, EXIT_DATA, EXIT_CHECKPOINT, EXIT_MODEL}
+    {EXIT_USAGE, EXIT_CONTRACT, EXIT_DATA, EXIT_CHECKPOINT, EXIT_MODEL, EXIT_API}
 )
-"""Usage, contract, data, checkpoint and model errors: restarting cannot fix them."""
+"""Usage, contract, data, checkpoint, model and API (RBAC) errors: restarting cannot fix them."""
 EXIT_INTERRUPTED = 130
 _GRACE_S = 15.0
 _WORKER_LINE = re.compile(r"^\[worker-(\d+)\] (.*)$")
@@ -97,6 +99,11 @@ def free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in socks]
 
 
+def run_id_of(checkpoint_dir: str) -> str:
+    """The run id of a checkpoint directory: its last path segment (``<root>/<run id>``)."""
+    return checkpoint_dir.rstrip("/").rsplit("/", 1)[-1]
+
+
 def worker_envs(
     workers: int,
     checkpoint_dir: str,
@@ -126,6 +133,7 @@ def worker_envs(
                 contract.ENV_GRPC_PORT: str(grpc[i]),
                 contract.ENV_METRICS_PORT: str(metrics[i]),
                 contract.ENV_CHECKPOINT_DIR: checkpoint_dir,
+                contract.ENV_RUN_ID: run_id_of(checkpoint_dir),
                 contract.ENV_WORKER_HOSTS: hosts,
             }
         )
@@ -260,10 +268,22 @@ def build_parser_local() -> argparse.ArgumentParser:
         help="times all workers are restarted after a failure, 0-100 (default 3)",
     )
     p.add_argument(
+        "--run-id",
+        default="",
+        help="the run's identity (TFD_RUN_ID): checkpoints go to <checkpoint root>/<run id>. "
+        "The same id resumes the run (or, finished, leaves it finished unless more epochs are "
+        "asked for); a new id trains from step 0. Default: a new id, the launch time",
+    )
+    p.add_argument(
+        "--checkpoint-root",
+        default="runs",
+        help="directory (or gs:// s3:// URI) holding one directory per run id (default runs)",
+    )
+    p.add_argument(
         "--checkpoint-dir",
         default="",
-        help="TFD_CHECKPOINT_DIR for the workers (default: runs/<timestamp>); reuse one to "
-        "resume or to see a finished job idle",
+        help="the run's directory itself instead of --checkpoint-root/--run-id (its last path "
+        "segment is the run id)",
     )
     return p
 
@@ -289,9 +309,31 @@ def _summary_line(
         "wall_s": round(wall_s, 3),
         "restarts": restarts,
         "exit_code": code,
+        "run_id": run_id_of(root),
         "checkpoint_dir": root,
         "launch_to_first_step_s": first_step_s,
     }
+
+
+def _checkpoint_dir(args: argparse.Namespace) -> str:
+    """``--checkpoint-dir``, else ``--checkpoint-root/--run-id`` (a new id: the launch time)."""
+    if args.checkpoint_dir:
+        if args.run_id:
+            build_parser_local().error(
+                f"--run-id: give --run-id or --checkpoint-dir, not both; got --run-id "
+                f"{args.run_id} with --checkpoint-dir {args.checkpoint_dir}"
+            )
+        directory = args.checkpoint_dir
+    else:
+        run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S")
+        directory = f"{args.checkpoint_root.rstrip('/')}/{run_id}"
+    run_id = run_id_of(directory)
+    if not contract.RUN_ID.match(run_id):
+        build_parser_local().error(
+            f"--run-id: must be 1-63 letters, digits, '-', '_' or '.', starting and ending with "
+            f"a letter or digit (the last segment of --checkpoint-dir counts); got {run_id!r}"
+        )
+    return directory
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -302,14 +344,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser_local().error(f"--workers: must be in [1, 16]; got {args.workers}")
     if not 0 <= args.restarts <= 100:
         build_parser_local().error(f"--restarts: must be in [0, 100]; got {args.restarts}")
+    root = _checkpoint_dir(args)
     trainer_parser = build_parser("python -m trainer.local [launcher flags]")
     trainer_ns = trainer_parser.parse_args(rest)  # exits 2 with a clear message on bad flags
     if "--intra-op-threads" not in " ".join(rest):
         # N processes on few cores: more threads than cores per process only adds contention.
         rest += ["--intra-op-threads", str(intra_op_threads(args.workers))]
-    if trainer_ns.on_done != "exit":
-        rest += ["--on-done", "exit"]
-    root = args.checkpoint_dir or str(Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    if trainer_ns.on_done != contract.ON_DONE_EXIT:
+        # No StatefulSet to scale to zero, no pod to keep idle: a finished local job exits.
+        rest += ["--on-done", contract.ON_DONE_EXIT]
     if "://" not in root:
         root = str(Path(root).resolve())
         Path(root).mkdir(parents=True, exist_ok=True)

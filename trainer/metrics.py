@@ -106,6 +106,17 @@ class Metrics:
         self.completed = Gauge(
             contract.METRIC_COMPLETED, "1 once the DONE marker exists.", registry=r
         )
+        self.run_info = Info(
+            contract.METRIC_RUN_INFO.removesuffix("_info"),
+            "The training run (TFD_RUN_ID) and this pod's revision (TFD_POD_REVISION).",
+            registry=r,
+        )
+        self.run_info.info({"run_id": "", "revision": ""})
+        self.supervisor_restarts = Counter(
+            contract.METRIC_SUPERVISOR_RESTARTS.removesuffix("_total"),
+            "Planned restarts of the trainer by the supervisor in this container.",
+            registry=r,
+        )
         self._started = time.time()
         self._last_ckpt_ts = 0.0
         self.checkpoint_age.set_function(
@@ -115,6 +126,11 @@ class Metrics:
         self.task_index.set(task_index)
         self.world_size.set(world_size)
         self.ready = False
+
+    def identify(self, run_id: str, revision: str, supervisor_restarts: int) -> None:
+        """The run and revision labels, and the supervisor's restart count so far."""
+        self.run_info.info({"run_id": run_id, "revision": revision})
+        self.supervisor_restarts.inc(supervisor_restarts)
 
     def stepped(self, steps: int, global_batch: int, seconds: float) -> None:
         """Record one training call: ``steps`` steps of ``global_batch`` in ``seconds``."""

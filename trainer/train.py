@@ -10,107 +10,33 @@ Checkpoint directory layout (``TFD_CHECKPOINT_DIR``, local path or gs:// / s3://
     checkpoints/ckpt-<step>.*   step-level checkpoints, chief only
     model.keras                 final model, chief only
     summary.json                final figures, chief only
-    DONE                        written last by the chief; a started worker then does not train
+    DONE                        written last by the chief (trainer.runs): the run is finished
+
+A worker process's life around this (run identity, completion, rollouts) is trainer.lifecycle.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import shutil
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from types import FrameType
 from typing import Any
 
-from trainer import checkpoints, contract, k8s, placement, runtime
-from trainer.checkpoints import (
-    GLOBAL_BATCH_KEY,
-    checkpoint_root,
-    done_exists,
-    first_line,
-    join,
-    write_text,
-)
+from trainer import checkpoints, contract, placement, runs, runtime
+from trainer.checkpoints import GLOBAL_BATCH_KEY
 from trainer.config import Config
-from trainer.errors import (
-    EXIT_OK,
-    CheckpointError,
-    ContractError,
-    DataError,
-    PeerLostError,
-    RestartRequested,
-    UsageError,
-)
+from trainer.errors import DataError, RestartRequested, RolloutRequested, UsageError
 from trainer.evaluate import Evaluator
+from trainer.finish import MODEL_FILE, SUMMARY_FILE, classify, finish, weights_digest
 from trainer.logs import Log
-from trainer.metrics import Metrics, MetricsServer
+from trainer.metrics import Metrics
+from trainer.signals import StopSignal, watch_tf_preemption
 from trainer.summaries import Summaries
+from trainer.watch import StatefulSetWatch
 
-MODEL_FILE = "model.keras"
-SUMMARY_FILE = "summary.json"
-TF_PREEMPTION_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
-"""Coordination-service key TensorFlow's own SIGTERM handler writes (its value: the task)."""
-
-
-class StopSignal:
-    """SIGTERM/SIGINT -> a flag the training loop shares with every worker at the next call."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.reason = ""
-
-    def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._handle)
-        signal.signal(signal.SIGINT, self._handle)
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        self.reason = signal.Signals(signum).name
-        self.event.set()
-
-    def request(self, reason: str) -> None:
-        self.reason = reason
-        self.event.set()
-
-
-def resolve_cluster(env: Mapping[str, str]) -> contract.ClusterSpec:
-    """Cluster spec from the contract, with the live replica count when the source is ``api``."""
-    replicas = None
-    if not env.get(contract.ENV_TF_CONFIG, "").strip() and contract.replicas_source(env) == "api":
-        replicas = k8s.live_replicas(env)
-    return contract.cluster_spec_from_env(env, replicas)
-
-
-def run(config: Config, env: Mapping[str, str]) -> int:
-    """Train (or idle when DONE exists); returns ``EXIT_OK`` or raises a ``TrainerError``."""
-    spec = resolve_cluster(env)
-    root = checkpoint_root(env)
-    log = Log(spec.task_index)
-    metrics = Metrics(spec.task_index, spec.num_workers)
-    MetricsServer(metrics, contract.metrics_port(env)).start()
-    stop = StopSignal()
-    stop.install()
-
-    if done_exists(root):
-        log.event("done", reason="DONE marker present; not training", checkpoint_dir=root)
-        return _after_done(config, metrics, stop, log)
-
-    worker = Worker(config, env, spec, root, log, metrics, stop)
-    worker.train()
-    return _after_done(config, metrics, stop, log)
-
-
-def _after_done(config: Config, metrics: Metrics, stop: StopSignal, log: Log) -> int:
-    metrics.completed.set(1)
-    metrics.ready = True
-    if config.on_done == "exit":
-        return EXIT_OK
-    log.event("idle", reason="training complete; serving metrics until terminated")
-    stop.event.wait()
-    return EXIT_OK
+__all__ = ["MODEL_FILE", "SUMMARY_FILE", "StopSignal", "Worker", "weights_digest"]
+_classify = classify  # the name the tests and earlier callers use
 
 
 class Worker:
@@ -134,6 +60,8 @@ class Worker:
         self.metrics = metrics
         self.stop = stop
         self.world_changed = threading.Event()
+        self.rollout = threading.Event()
+        self.watch: StatefulSetWatch | None = None
         self.evaluate: Callable[[], tuple[float, float]] | None = None
         self.summaries = Summaries("")
 
@@ -164,7 +92,7 @@ class Worker:
         # that TensorFlow's handler caught while the cluster was forming.
         self.stop.install()
         if n > 1:
-            self._watch_tf_preemption()
+            watch_tf_preemption(self.stop)
         if self.is_chief and cfg.tensorboard_dir:
             self.summaries = Summaries(cfg.tensorboard_dir)
 
@@ -264,23 +192,25 @@ class Worker:
                 )
             )
 
-        def sync_fn(stop_flag: tf.Tensor) -> tf.Tensor:
+        def sync_fn(stop_flags: tf.Tensor) -> tf.Tensor:
             local = tf.identity(sums.read_value())
             with tf.control_dependencies([local]):
                 sums.assign(tf.zeros(3))
             ctx = tf.distribute.get_replica_context()
-            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat([local, [stop_flag]], 0))
+            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat([local, stop_flags], 0))
 
         @tf.function
-        def train_call(steps: tf.Tensor, stop_flag: tf.Tensor) -> tf.Tensor:
+        def train_call(steps: tf.Tensor, stop_flags: tf.Tensor) -> tf.Tensor:
             for _ in tf.range(steps):
                 strategy.run(step_fn, args=next(iterator))
-            out = strategy.run(sync_fn, args=(stop_flag,))
+            out = strategy.run(sync_fn, args=(stop_flags,))
             return strategy.experimental_local_results(out)[0]
 
-        self._watch_world_size()
+        self._watch_statefulset()
         self.log.event(
             "start",
+            run_id=contract.run_id_from_env(self.env),
+            learning_rate=float(optimizer.learning_rate.numpy()),
             workers=n,
             replicas=replicas,
             num_classes=int(net.output_shape[-1]),
@@ -293,12 +223,16 @@ class Worker:
             dataset=source.name,
             startup_s=round(time.time() - t_launch, 3),
         )
-        step, rate = self._loop(
-            train_call, manager, temp_dir, step_var, last_metrics, start, total, spe, global_batch
-        )
-        self._finish(
-            strategy, net, manager, step_var, (last_metrics, last_eval), step, rate, temp_dir
-        )
+        try:
+            step, rate = self._loop(
+                train_call, manager, temp_dir, step_var, last_metrics, start, total, spe,
+                global_batch,
+            )  # fmt: skip
+        finally:
+            if self.watch is not None:
+                self.watch.stop()
+        record = runs.DoneRecord(step, cfg.epochs, spe, global_batch)
+        finish(self, strategy, net, (last_metrics, last_eval), record, rate, temp_dir)
 
     @property
     def is_chief(self) -> bool:
@@ -333,44 +267,16 @@ class Worker:
     def _save(self, manager: Any, step_var: Any, step: int, temp_dir: str) -> None:
         checkpoints.save(manager, step_var, step, temp_dir, self.metrics, self.log, self.is_chief)
 
-    def _watch_tf_preemption(self) -> None:
-        """Turn TensorFlow's own preemption notice into the stop flag.
-
-        Between the coordination service's start and :meth:`StopSignal.install` a SIGTERM goes
-        to TensorFlow's C++ handler, which only writes ``TF_PREEMPTION_KEY`` to the cluster's
-        key-value store. A thread blocked on that key (the call releases the GIL) sets the flag
-        on every worker, so all stop at the first call instead of training until SIGKILL.
-        """
-        import tensorflow as tf
-        from tensorflow.python.eager import context
-
-        def wait() -> None:
-            try:
-                task = context.context().get_config_key_value(TF_PREEMPTION_KEY)
-            except tf.errors.OpError:  # the service is gone: the loop reports that itself
-                return
-            self.stop.request(f"SIGTERM to {task}")
-
-        threading.Thread(target=wait, name="tf-preemption", daemon=True).start()
-
-    def _watch_world_size(self) -> None:
-        if not self.is_chief or contract.replicas_source(self.env) != "api":
+    def _watch_statefulset(self) -> None:
+        """The chief polls the StatefulSet (world size, rollouts) whenever it can call the API;
+        its flags reach every worker through the loop's all-reduce."""
+        if not self.is_chief or not contract.api_configured(self.env):
             return
-
-        def poll() -> None:
-            while not self.world_changed.is_set():
-                time.sleep(self.config.replicas_poll)
-                try:
-                    live = k8s.live_replicas(self.env)
-                except ContractError as err:
-                    self.log.event("warning", message=f"world size check failed: {err}")
-                    continue
-                if live != self.spec.num_workers:
-                    msg = f"world size {self.spec.num_workers} -> {live}: stopping to restart"
-                    self.log.event("warning", message=msg)
-                    self.world_changed.set()
-
-        threading.Thread(target=poll, name="world-size", daemon=True).start()
+        self.watch = StatefulSetWatch(
+            self.env, self.spec.num_workers, self.config.replicas_poll, self.log
+        )
+        self.world_changed, self.rollout = self.watch.world_changed, self.watch.rollout
+        self.watch.start()
 
     # --- the loop ---------------------------------------------------------------------------
     def _loop(
@@ -399,11 +305,11 @@ class Worker:
                 to_ckpt = cfg.checkpoint_every - step % cfg.checkpoint_every
                 to_epoch = spe - step % spe
                 k = min(cfg.steps_per_call, to_ckpt, to_epoch, total - step)
-                want_stop = self.stop.event.is_set() or self.world_changed.is_set()
+                # [stop (SIGTERM, world size), rollout]: summed over workers by the all-reduce.
+                flags = [self.stop.event.is_set() or self.world_changed.is_set(),
+                         self.rollout.is_set()]  # fmt: skip
                 t_call = time.time()
-                out = train_call(
-                    tf.constant(k, tf.int64), tf.constant(1.0 if want_stop else 0.0)
-                ).numpy()
+                out = train_call(tf.constant(k, tf.int64), tf.constant(flags, tf.float32)).numpy()
                 step += k
                 now = time.time()
                 if t_first_done:
@@ -412,7 +318,7 @@ class Worker:
                     t_first_done = now
                     self.log.event("first_step", step=step)
                 steps_since_log += k
-                loss_sum, correct, count, stop_votes = (float(v) for v in out)
+                loss_sum, correct, count, stop_votes, rollout_votes = (float(v) for v in out)
                 interval = (loss_sum, correct, count)
                 epoch_sums = [a + b for a, b in zip(epoch_sums, interval, strict=True)]
                 self.metrics.stepped(k, global_batch, now - t_call)
@@ -462,6 +368,12 @@ class Worker:
                         examples_per_sec=round(rate, 1),
                     )
                     t_log, steps_since_log = now, 0
+                if rollout_votes > 0:
+                    self._save(manager, step_var, step, temp_dir)
+                    self.log.event("stop", step=step, reason="rollout")
+                    raise RolloutRequested(
+                        f"stopped at step {step} for a rollout; checkpoint saved"
+                    )
                 if stop_votes > 0:
                     self._save(manager, step_var, step, temp_dir)
                     reason = self.stop.reason or (
@@ -474,108 +386,7 @@ class Worker:
                 if step % cfg.checkpoint_every == 0 or step % spe == 0 or step == total:
                     self._save(manager, step_var, step, temp_dir)
         except tf.errors.OpError as err:
-            raise _classify(err, self.spec.num_workers) from None
+            raise classify(err, self.spec.num_workers) from None
         elapsed = time.time() - t_first_done if t_first_done else 0.0
         rate = steps_after_first * global_batch / elapsed if steps_after_first else 0.0
         return step, rate
-
-    def _finish(
-        self,
-        strategy: Any,
-        net: Any,
-        manager: Any,
-        step_var: Any,
-        figures: tuple[Any, Any],
-        step: int,
-        rate: float,
-        temp_dir: str,
-    ) -> None:
-        import tensorflow as tf
-
-        last_metrics, last_eval = figures
-        loss, acc = (float(v) for v in last_metrics.numpy())
-        eval_loss, eval_acc = (float(v) for v in last_eval.numpy())
-        evaluated = self.evaluate is not None and eval_loss >= 0
-        digest = weights_digest(net)
-        self.summaries.flush()
-        self.log.event(
-            "trained",
-            step=step,
-            loss=loss,
-            accuracy=acc,
-            examples_per_sec=round(rate, 1),
-            weights_sha256=digest,
-        )
-        if self.is_chief:
-            model_path = join(self.root, MODEL_FILE)
-            try:
-                net.save(model_path)
-            except (tf.errors.OpError, OSError, ValueError) as err:
-                raise CheckpointError(f"{model_path}: cannot save the final model: {err}") from None
-            summary = {
-                "workers": self.spec.num_workers,
-                "final_step": step,
-                "loss": loss,
-                "accuracy": acc,
-                "examples_per_sec": rate,
-                "eval_loss": eval_loss if evaluated else None,
-                "eval_accuracy": eval_acc if evaluated else None,
-                "replicas": strategy.num_replicas_in_sync,
-                "num_classes": int(net.output_shape[-1]),
-                "weights_sha256": digest,
-                "model": model_path,
-            }
-            write_text(join(self.root, SUMMARY_FILE), json.dumps(summary) + "\n")
-            write_text(join(self.root, contract.DONE_MARKER), f"{step}\n")
-        if temp_dir:
-            shutil.rmtree(temp_dir, ignore_errors=True)
-        # Nobody leaves before the chief has written DONE: a worker that exits early would look
-        # like a dead peer to the coordination service while the chief is still saving.
-        try:
-            _barrier(strategy)
-        except tf.errors.OpError as err:
-            raise _classify(err, self.spec.num_workers) from None
-        self.log.event("done", step=step, checkpoint_dir=self.root)
-
-
-def _barrier(strategy: Any) -> None:
-    import tensorflow as tf
-
-    @tf.function
-    def barrier() -> Any:
-        def fn() -> Any:
-            ctx = tf.distribute.get_replica_context()
-            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.ones([]))
-
-        return strategy.run(fn)
-
-    barrier()
-
-
-def weights_digest(net: Any) -> str:
-    """SHA-256 of all weights in order: equal on every worker iff the replicas agree."""
-    h = hashlib.sha256()
-    for w in net.get_weights():
-        h.update(w.tobytes())
-    return h.hexdigest()
-
-
-def _classify(err: Any, num_workers: int) -> Exception:
-    """Map a TensorFlow runtime error in the loop to the trainer's error tree."""
-    import tensorflow as tf
-
-    peer_errors = (
-        tf.errors.UnavailableError,
-        tf.errors.DeadlineExceededError,
-        tf.errors.CancelledError,
-        tf.errors.AbortedError,
-    )
-    if num_workers > 1 and isinstance(err, (*peer_errors, tf.errors.InternalError)):
-        return PeerLostError(f"a peer is gone or a collective timed out: {first_line(err)}")
-    if isinstance(err, tf.errors.InvalidArgumentError | tf.errors.DataLossError):
-        return DataError(f"training data: {first_line(err)}")
-    if isinstance(err, tf.errors.OutOfRangeError):
-        # The pipelines are sized to the run: running out is a bug or a dataset that shrank
-        # while training; restarting from the checkpoint would only run out again.
-        return DataError(f"training data ran out before the last step: {first_line(err)}")
-    return err

@@ -140,7 +140,7 @@ RULES = {
     "no secrets": secret_problems,
 }
 
-GOOD_TAIL = 'USER 10001:10001\nENTRYPOINT ["python", "-m", "trainer"]\n'
+GOOD_TAIL = f"USER 10001:10001\nENTRYPOINT {json.dumps(list(contract.ENTRYPOINT))}\n"
 
 
 @pytest.fixture(scope="module")

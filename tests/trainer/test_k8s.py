@@ -1,109 +1,205 @@
-"""World size from the Kubernetes API, against a tiny local HTTP server."""
+"""The Kubernetes API adapter against a fake API server: method, path, headers, body of every
+request, error lines (403 names the URL and status), and that it calls only API_CALLS."""
 
 from __future__ import annotations
 
-import json
-import threading
+import inspect
+import re
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from tests.trainer.fake_api import FakeApi, Seen
 from trainer import contract, k8s
-from trainer.errors import ContractError
+from trainer.errors import EXIT_API, EXIT_CONTRACT, ApiError, ContractError
 
-PATH = "/apis/apps/v1/namespaces/ml/statefulsets/tfd-worker"
-
-
-class _Api:
-    def __init__(self) -> None:
-        self.status = 200
-        self.body: bytes = b"{}"
-        self.seen: list[tuple[str, str]] = []
+STS = "/apis/apps/v1/namespaces/ml/statefulsets/tfd-worker"
+POD = "/api/v1/namespaces/ml/pods/tfd-worker-1"
 
 
 @pytest.fixture
-def api() -> Iterator[tuple[_Api, str]]:
-    state = _Api()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            state.seen.append((self.path, self.headers.get("Authorization", "")))
-            self.send_response(state.status)
-            self.end_headers()
-            self.wfile.write(state.body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield state, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def api() -> Iterator[FakeApi]:
+    fake = FakeApi(replicas=4, update_revision="tfd-worker-7d9f").start()
+    yield fake
+    fake.stop()
 
 
-def _env(url: str, token: Path) -> dict[str, str]:
-    return {
-        contract.ENV_API_URL: url,
-        contract.ENV_API_TOKEN_PATH: str(token),
+def _env(api: FakeApi, tmp_path: Path) -> dict[str, str]:
+    return api.env(tmp_path / "token") | {
         contract.ENV_NAMESPACE: "ml",
         contract.ENV_STATEFULSET: "tfd-worker",
+        contract.ENV_POD_NAME: "tfd-worker-1",
     }
 
 
-@pytest.fixture
-def token(tmp_path: Path) -> Path:
-    path = tmp_path / "token"
-    path.write_text("s3cret\n")
-    return path
+def test_reads_replicas_and_update_revision(api: FakeApi, tmp_path: Path):
+    state = k8s.statefulset_state(_env(api, tmp_path))
+    assert state == k8s.StatefulSetState(replicas=4, update_revision="tfd-worker-7d9f")
+    assert k8s.live_replicas(_env(api, tmp_path)) == 4
+    (seen, _) = api.seen
+    assert (seen.method, seen.path, seen.body) == ("GET", STS, None)
+    assert seen.headers["Authorization"] == "Bearer s3cret"
 
 
-def test_reads_spec_replicas(api: tuple[_Api, str], token: Path):
-    state, url = api
-    state.body = json.dumps({"spec": {"replicas": 4}}).encode()
-    assert k8s.live_replicas(_env(url, token)) == 4
-    assert state.seen == [(PATH, "Bearer s3cret")]
+def test_scale_to_zero_patches_the_scale_subresource(api: FakeApi, tmp_path: Path):
+    url = k8s.scale_to_zero(_env(api, tmp_path))
+    assert url == f"{api.url}{STS}/scale"
+    (seen,) = api.seen
+    assert (seen.method, seen.path) == ("PATCH", f"{STS}/scale")
+    assert seen.headers["Content-Type"] == "application/merge-patch+json"
+    assert seen.headers["Authorization"] == "Bearer s3cret"
+    assert seen.body == {"spec": {"replicas": 0}}
+
+
+def test_delete_own_pod(api: FakeApi, tmp_path: Path):
+    assert k8s.delete_own_pod(_env(api, tmp_path)) == f"{api.url}{POD}"
+    (seen,) = api.seen
+    assert (seen.method, seen.path, seen.body) == ("DELETE", POD, None)
+    assert seen.headers["Authorization"] == "Bearer s3cret"
+    assert "Content-Type" not in seen.headers
+
+
+def test_delete_of_a_pod_already_gone_is_fine(api: FakeApi, tmp_path: Path):
+    api.status["DELETE"] = 404
+    k8s.delete_own_pod(_env(api, tmp_path))
+    assert len(api.calls("DELETE")) == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "call", "path"),
+    [
+        ("PATCH", k8s.scale_to_zero, f"{STS}/scale"),
+        ("DELETE", k8s.delete_own_pod, POD),
+    ],
+    ids=["scale", "delete"],
+)
+@pytest.mark.parametrize("status", [403, 500])
+def test_failed_lifecycle_call_names_url_and_status(
+    api: FakeApi, tmp_path: Path, method: str, call: object, path: str, status: int
+):
+    api.status[method] = status
+    with pytest.raises(ApiError) as info:
+        call(_env(api, tmp_path))  # type: ignore[operator]
+    assert info.value.exit_code == EXIT_API == 7
+    text = str(info.value)
+    assert text.startswith(f"{method} {api.url}{path}: HTTP {status} "), text
+    assert f"{method} is forbidden here" in text and "\n" not in text, text
 
 
 @pytest.mark.parametrize(
     ("status", "body", "match"),
     [
-        (404, b"{}", r"HTTP 404"),
-        (200, b"not json", r"GET http://127.0.0.1:\d+" + PATH),
-        (200, b'{"spec": {}}', r"spec.replicas must be an integer >= 1; got None"),
-        (200, b'{"spec": {"replicas": 0}}', r"spec.replicas must be an integer >= 1; got 0"),
-        (200, b'{"spec": {"replicas": "2"}}', r"spec.replicas must be an integer >= 1; got '2'"),
+        (404, None, r"HTTP 404"),
+        (200, {"spec": {}}, r"spec.replicas must be an integer >= 1; got None"),
+        (200, {"spec": {"replicas": 0}}, r"spec.replicas must be an integer >= 1; got 0"),
+        (200, {"spec": {"replicas": "2"}}, r"spec.replicas must be an integer >= 1; got '2'"),
     ],
 )
-def test_bad_answers(api: tuple[_Api, str], token: Path, status: int, body: bytes, match: str):
-    state, url = api
-    state.status, state.body = status, body
-    with pytest.raises(ContractError, match=match):
-        k8s.live_replicas(_env(url, token))
+def test_bad_statefulset_answers(
+    api: FakeApi, tmp_path: Path, status: int, body: object, match: str, monkeypatch
+):
+    api.status["GET"] = status
+    if body is not None:
+        monkeypatch.setattr(k8s, "_request", lambda *a, **k: body)
+    with pytest.raises(ContractError, match=match) as info:
+        k8s.statefulset_state(_env(api, tmp_path))
+    assert info.value.exit_code == EXIT_CONTRACT
 
 
-def test_missing_token(api: tuple[_Api, str], tmp_path: Path):
-    _, url = api
-    with pytest.raises(ContractError, match=r"TFD_API_TOKEN_PATH: cannot read"):
-        k8s.live_replicas(_env(url, tmp_path / "absent"))
+def test_missing_update_revision_is_empty(api: FakeApi, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(k8s, "_request", lambda *a, **k: {"spec": {"replicas": 2}})
+    assert k8s.statefulset_state(_env(api, tmp_path)).update_revision == ""
 
 
-def test_missing_ca(token: Path, tmp_path: Path):
-    env = _env("https://127.0.0.1:1", token) | {contract.ENV_API_CA_PATH: str(tmp_path / "ca")}
+def test_missing_token(api: FakeApi, tmp_path: Path):
+    env = _env(api, tmp_path) | {contract.ENV_API_TOKEN_PATH: str(tmp_path / "absent")}
+    for call in (k8s.statefulset_state, k8s.scale_to_zero, k8s.delete_own_pod):
+        with pytest.raises(ContractError, match=r"TFD_API_TOKEN_PATH: cannot read"):
+            call(env)
+    assert api.seen == []
+
+
+def test_missing_ca(api: FakeApi, tmp_path: Path):
+    env = _env(api, tmp_path) | {
+        contract.ENV_API_URL: "https://127.0.0.1:1",
+        contract.ENV_API_CA_PATH: str(tmp_path / "ca"),
+    }
     with pytest.raises(ContractError, match=r"TFD_API_CA_PATH: cannot load"):
-        k8s.live_replicas(env)
+        k8s.statefulset_state(env)
 
 
-def test_unreachable(token: Path):
+def test_unreachable(api: FakeApi, tmp_path: Path):
+    env = _env(api, tmp_path) | {contract.ENV_API_URL: "http://127.0.0.1:9"}
     with pytest.raises(ContractError, match=r"GET http://127.0.0.1:9/apis"):
-        k8s.live_replicas(_env("http://127.0.0.1:9", token), timeout_s=2)
+        k8s.statefulset_state(env, timeout_s=2)
+    with pytest.raises(ApiError, match=r"PATCH http://127.0.0.1:9/apis/.*/scale: "):
+        k8s.scale_to_zero(env, timeout_s=2)
 
 
-@pytest.mark.parametrize("missing", [contract.ENV_NAMESPACE, contract.ENV_STATEFULSET])
-def test_url_needs_identity(missing: str, token: Path):
-    env = _env("http://x", token)
+@pytest.mark.parametrize(
+    ("missing", "url"),
+    [
+        (contract.ENV_NAMESPACE, k8s.statefulset_url),
+        (contract.ENV_STATEFULSET, k8s.statefulset_url),
+        (contract.ENV_NAMESPACE, k8s.pod_url),
+        (contract.ENV_POD_NAME, k8s.pod_url),
+    ],
+)
+def test_url_needs_identity(api: FakeApi, tmp_path: Path, missing: str, url: object):
+    env = _env(api, tmp_path)
     del env[missing]
     with pytest.raises(ContractError, match=f"{missing}: required"):
-        k8s.statefulset_url(env)
+        url(env)  # type: ignore[operator]
+
+
+def _as_api_call(seen: Seen) -> contract.ApiCall:
+    """An observed request as (apiGroup, resource, verb), the way the API server's RBAC sees it."""
+    match = re.fullmatch(
+        r"/(?:api/v1|apis/(?P<group>[^/]+)/v1)/namespaces/[^/]+/(?P<res>[^/]+)/[^/]+(?P<sub>/\w+)?",
+        seen.path,
+    )
+    assert match, seen.path
+    resource = match["res"] + (match["sub"] or "")
+    verb = {"GET": "get", "PATCH": "patch", "DELETE": "delete"}[seen.method]
+    return contract.ApiCall(match["group"] or "", resource, verb)
+
+
+def test_the_adapter_calls_exactly_api_calls(api: FakeApi, tmp_path: Path):
+    """Every public call of the adapter, as RBAC sees it, is in API_CALLS, and together they
+    are all of it; and the module has one place that sends requests (which checks API_CALLS)."""
+    env = _env(api, tmp_path)
+    k8s.statefulset_state(env)
+    k8s.live_replicas(env)
+    k8s.scale_to_zero(env)
+    k8s.delete_own_pod(env)
+    assert {_as_api_call(s) for s in api.seen} == set(contract.API_CALLS)
+    source = inspect.getsource(k8s)
+    assert source.count("urlopen(") == 1, "requests must all go through k8s._request"
+    assert "urlopen(" in inspect.getsource(k8s._request)
+    with pytest.raises(AssertionError, match="not in contract.API_CALLS"):
+        k8s._request(env, contract.ApiCall("", "pods", "get"), api.url)
+
+
+def test_role_rules_cover_api_calls():
+    rules = contract.role_rules("tfd-worker", 3)
+    assert rules == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["statefulsets"],
+            "resourceNames": ["tfd-worker"],
+            "verbs": ["get"],
+        },
+        {
+            "apiGroups": ["apps"],
+            "resources": ["statefulsets/scale"],
+            "resourceNames": ["tfd-worker"],
+            "verbs": ["patch"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "resourceNames": ["tfd-worker-0", "tfd-worker-1", "tfd-worker-2"],
+            "verbs": ["delete"],
+        },
+    ]

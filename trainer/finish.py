@@ -1,0 +1,130 @@
+"""The end of a training run: the final model, ``summary.json`` and ``DONE`` (written last, by
+the chief), the barrier that keeps every worker until they exist, and the mapping of TensorFlow
+errors in the loop to the trainer's error tree."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from trainer import contract, runs
+from trainer.checkpoints import first_line, join, write_text
+from trainer.errors import CheckpointError, DataError, PeerLostError
+
+if TYPE_CHECKING:
+    from trainer.train import Worker
+
+MODEL_FILE = "model.keras"
+SUMMARY_FILE = "summary.json"
+
+
+def finish(
+    worker: Worker,
+    strategy: Any,
+    net: Any,
+    figures: tuple[Any, Any],
+    record: runs.DoneRecord,
+    rate: float,
+    temp_dir: str,
+) -> None:
+    """The final model, ``summary.json`` and ``DONE`` (chief), then a last all-reduce so no
+    worker leaves while the chief is still writing."""
+    import tensorflow as tf
+
+    step = record.final_step
+    run_id = contract.run_id_from_env(worker.env)
+    last_metrics, last_eval = figures
+    loss, acc = (float(v) for v in last_metrics.numpy())
+    eval_loss, eval_acc = (float(v) for v in last_eval.numpy())
+    evaluated = worker.evaluate is not None and eval_loss >= 0
+    digest = weights_digest(net)
+    worker.summaries.flush()
+    worker.log.event(
+        "trained",
+        step=step,
+        loss=loss,
+        accuracy=acc,
+        examples_per_sec=round(rate, 1),
+        weights_sha256=digest,
+    )
+    if worker.is_chief:
+        model_path = join(worker.root, MODEL_FILE)
+        try:
+            net.save(model_path)
+        except (tf.errors.OpError, OSError, ValueError) as err:
+            raise CheckpointError(f"{model_path}: cannot save the final model: {err}") from None
+        summary = {
+            "run_id": run_id,
+            "workers": worker.spec.num_workers,
+            "final_step": step,
+            "loss": loss,
+            "accuracy": acc,
+            "examples_per_sec": rate,
+            "eval_loss": eval_loss if evaluated else None,
+            "eval_accuracy": eval_acc if evaluated else None,
+            "replicas": strategy.num_replicas_in_sync,
+            "num_classes": int(net.output_shape[-1]),
+            "weights_sha256": digest,
+            "model": model_path,
+            "epochs": record.epochs,
+            "steps_per_epoch": record.steps_per_epoch,
+            "global_batch": record.global_batch,
+        }
+        write_text(join(worker.root, SUMMARY_FILE), json.dumps(summary) + "\n")
+        runs.write_done(worker.root, dataclasses.replace(record, run_id=run_id))
+    if temp_dir:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    # Nobody leaves before the chief has written DONE: a worker that exits early would look
+    # like a dead peer to the coordination service while the chief is still saving.
+    try:
+        barrier(strategy)
+    except tf.errors.OpError as err:
+        raise classify(err, worker.spec.num_workers) from None
+    worker.log.event("done", step=step, checkpoint_dir=worker.root)
+
+
+def barrier(strategy: Any) -> None:
+    """One all-reduce every worker must reach."""
+    import tensorflow as tf
+
+    @tf.function
+    def call() -> Any:
+        def fn() -> Any:
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.ones([]))
+
+        return strategy.run(fn)
+
+    call()
+
+
+def weights_digest(net: Any) -> str:
+    """SHA-256 of all weights in order: equal on every worker iff the replicas agree."""
+    h = hashlib.sha256()
+    for w in net.get_weights():
+        h.update(w.tobytes())
+    return h.hexdigest()
+
+
+def classify(err: Any, num_workers: int) -> Exception:
+    """Map a TensorFlow runtime error in the loop to the trainer's error tree."""
+    import tensorflow as tf
+
+    peer_errors = (
+        tf.errors.UnavailableError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.CancelledError,
+        tf.errors.AbortedError,
+    )
+    if num_workers > 1 and isinstance(err, (*peer_errors, tf.errors.InternalError)):
+        return PeerLostError(f"a peer is gone or a collective timed out: {first_line(err)}")
+    if isinstance(err, tf.errors.InvalidArgumentError | tf.errors.DataLossError):
+        return DataError(f"training data: {first_line(err)}")
+    if isinstance(err, tf.errors.OutOfRangeError):
+        # The pipelines are sized to the run: running out is a bug or a dataset that shrank
+        # while training; restarting from the checkpoint would only run out again.
+        return DataError(f"training data ran out before the last step: {first_line(err)}")
+    return err

@@ -1,0 +1,164 @@
+"""One worker process from start to end: which run, whether it is finished, training, and what a
+finished or rolled-out worker does.
+
+- **Run identity**: ``TFD_CHECKPOINT_DIR=<root>/<run id>`` (``TFD_RUN_ID``, checked by
+  ``contract.run_id_from_env``). A finished run (``DONE``) does not train again unless more
+  steps are requested (:mod:`trainer.runs`).
+- **Completion** (``--on-done``): ``scale-to-zero`` PATCHes the StatefulSet's ``scale`` to 0
+  (the chief after writing ``DONE``; any worker that starts and finds the run finished), then
+  waits for SIGTERM; ``idle`` waits for SIGTERM serving metrics; ``exit`` exits 0. Waiting is a
+  blocked ``Event.wait``: no CPU.
+- **Rollout**: when the StatefulSet's ``status.updateRevision`` differs from the pod's
+  ``TFD_POD_REVISION`` (:mod:`trainer.watch`), every worker stops at one agreed step with a
+  checkpoint, deletes its own pod and waits for SIGTERM; a worker that *starts* on an outdated
+  revision deletes its pod at once.
+- **Surplus**: with ``TFD_REPLICAS_SOURCE=api`` a pod whose ordinal is not below the live
+  replica count is being removed by the controller: it waits for SIGTERM instead of failing.
+
+Imports no TensorFlow at import time: signal handlers and ``/metrics`` come first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+
+from trainer import contract, k8s, runs
+from trainer.checkpoints import checkpoint_root
+from trainer.config import Config
+from trainer.errors import EXIT_OK, EXIT_RESTART, ContractError, RolloutRequested
+from trainer.logs import Log
+from trainer.metrics import Metrics, MetricsServer
+from trainer.signals import StopSignal
+from trainer.train import Worker
+from trainer.watch import Decision, decide_from_state
+
+
+def run(config: Config, env: Mapping[str, str]) -> int:
+    """Train, or wait as a finished / surplus / outdated worker; returns the exit code or raises
+    a ``TrainerError``."""
+    api = contract.api_configured(env)
+    if config.on_done == contract.ON_DONE_SCALE_TO_ZERO and not api:
+        raise ContractError(
+            f"--on-done {contract.ON_DONE_SCALE_TO_ZERO}: needs Kubernetes API access "
+            f"({contract.ENV_API_URL}, or {contract.ENV_REPLICAS_SOURCE}=api); got neither; use "
+            f"--on-done {contract.ON_DONE_EXIT} or {contract.ON_DONE_IDLE} without a cluster"
+        )
+    run_id = contract.run_id_from_env(env)
+    root = checkpoint_root(env)
+    explicit_tf_config = bool(env.get(contract.ENV_TF_CONFIG, "").strip())
+    source_api = not explicit_tf_config and contract.replicas_source(env) == "api"
+    state = _read_statefulset(env, required=source_api) if api else None
+    replicas = state.replicas if source_api and state is not None else None
+    stop = StopSignal()
+    stop.install()
+    if replicas is not None and _ordinal(env) >= replicas:
+        return _surplus(env, replicas, stop)
+
+    spec = contract.cluster_spec_from_env(env, replicas)
+    log = Log(spec.task_index)
+    metrics = Metrics(spec.task_index, spec.num_workers)
+    revision = env.get(contract.ENV_POD_REVISION, "").strip()
+    metrics.identify(run_id, revision, _supervisor_restarts(env))
+    MetricsServer(metrics, contract.metrics_port(env)).start()
+
+    if state is not None and decide_from_state(env, spec.num_workers, state) is Decision.ROLLOUT:
+        log.event("rollout", reason="this pod's revision is outdated; not training",
+                  revision=revision, update_revision=state.update_revision)  # fmt: skip
+        return _leave_for_rollout(env, stop, log)
+
+    record = runs.read_done(root)
+    if record is not None and record.finished_for(config):
+        log.event("done", reason="run finished; not training", run_id=run_id,
+                  final_step=record.final_step, checkpoint_dir=root)  # fmt: skip
+        return _after_done(config, env, metrics, stop, log, scale=True)
+    if record is not None:
+        log.event("continue", reason="more steps requested than the finished run's final step",
+                  run_id=run_id, final_step=record.final_step,
+                  requested_steps=record.requested_steps(config))  # fmt: skip
+
+    worker = Worker(config, env, spec, root, log, metrics, stop)
+    try:
+        worker.train()
+    except RolloutRequested as err:
+        log.event("rollout", reason=str(err), revision=revision)
+        return _leave_for_rollout(env, stop, log)
+    return _after_done(config, env, metrics, stop, log, scale=spec.is_chief)
+
+
+def _read_statefulset(env: Mapping[str, str], required: bool) -> k8s.StatefulSetState | None:
+    """The StatefulSet at start. Its replica count is required with ``TFD_REPLICAS_SOURCE=api``
+    (a failure is a ContractError); otherwise it only serves the rollout check, and a failure
+    is left to the chief's poll."""
+    try:
+        return k8s.statefulset_state(env)
+    except ContractError:
+        if required:
+            raise
+        return None
+
+
+def _ordinal(env: Mapping[str, str]) -> int:
+    return contract.ordinal_from_pod_name(
+        env.get(contract.ENV_POD_NAME, "").strip(), env.get(contract.ENV_STATEFULSET, "").strip()
+    )
+
+
+def _supervisor_restarts(env: Mapping[str, str]) -> int:
+    with contextlib.suppress(ValueError):
+        return max(0, int(env.get(contract.ENV_SUPERVISOR_RESTARTS, "0") or 0))
+    return 0
+
+
+def _surplus(env: Mapping[str, str], replicas: int, stop: StopSignal) -> int:
+    ordinal = _ordinal(env)
+    log = Log(ordinal)
+    metrics = Metrics(ordinal, replicas)
+    metrics.ready = True
+    MetricsServer(metrics, contract.metrics_port(env)).start()
+    log.event("surplus", reason=f"ordinal {ordinal} >= live replicas {replicas}: the "
+              "StatefulSet is scaling down; waiting for termination")  # fmt: skip
+    stop.event.wait()
+    return EXIT_OK
+
+
+def _after_done(
+    config: Config,
+    env: Mapping[str, str],
+    metrics: Metrics,
+    stop: StopSignal,
+    log: Log,
+    scale: bool,
+) -> int:
+    """``--on-done``: exit, or (scale to zero and) wait for SIGTERM serving metrics.
+
+    Raises:
+        ApiError: the scale PATCH failed (exit 7, the URL and the HTTP status in the line).
+    """
+    metrics.completed.set(1)
+    metrics.ready = True
+    if config.on_done == contract.ON_DONE_EXIT:
+        return EXIT_OK
+    if config.on_done == contract.ON_DONE_SCALE_TO_ZERO and scale:
+        url = k8s.scale_to_zero(env)
+        log.event("scaled_to_zero", url=url, reason="run finished: StatefulSet replicas set to 0")
+    why = {
+        contract.ON_DONE_IDLE: "training complete; serving metrics until terminated",
+        contract.ON_DONE_SCALE_TO_ZERO: "training complete; waiting for the scale-down",
+    }[config.on_done]
+    log.event("idle", reason=why)
+    stop.event.wait()
+    return EXIT_OK
+
+
+def _leave_for_rollout(env: Mapping[str, str], stop: StopSignal, log: Log) -> int:
+    """Delete this worker's pod (the controller recreates it from the new template) and wait
+    for the kubelet's SIGTERM; then exit 76 (a checkpoint was written, restart me).
+
+    Raises:
+        ApiError: the DELETE failed (exit 7, the URL and the HTTP status in the line).
+    """
+    url = k8s.delete_own_pod(env)
+    log.event("pod_deleted", url=url, reason="rollout: waiting for termination")
+    stop.event.wait()
+    return EXIT_RESTART

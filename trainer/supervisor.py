@@ -1,0 +1,155 @@
+"""``python -m trainer.supervisor [trainer flags]``: the image entrypoint (``contract.ENTRYPOINT``).
+
+Runs ``python -m trainer <flags>`` as its child. A planned restart, exit 75 (a peer died) or 76
+(preempted, world size changed, rollout), starts the child again at once inside the same
+container, so the kubelet never sees it and applies no CrashLoopBackOff; the restarts are
+counted, logged, and passed to the child as ``TFD_SUPERVISOR_RESTARTS`` (exported as
+``tfd_supervisor_restarts_total``). Any other exit code (0, a real crash) ends the supervisor with
+that same code. SIGTERM and SIGINT are forwarded to the child; the supervisor then exits with
+the child's code and restarts nothing. More than ``TFD_SUPERVISOR_MAX_RESTARTS`` planned restarts
+within ``TFD_SUPERVISOR_WINDOW_SECONDS`` is a hot loop: the supervisor exits with the child's
+code and says so, and the kubelet's back-off takes over.
+
+Standard library only, no TensorFlow: it is PID 1 of the container and must stay small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+
+from trainer import contract
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The hot-loop guard and the pause before each planned restart."""
+
+    max_restarts: int = contract.SUPERVISOR_MAX_RESTARTS
+    window_s: float = contract.SUPERVISOR_WINDOW_SECONDS
+    pause_s: float = contract.SUPERVISOR_PAUSE_SECONDS
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Limits:
+        def number(key: str, default: float) -> float:
+            raw = env.get(key, "").strip()
+            if not raw:
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                value = -1.0
+            if value < 0:
+                _log("warning", message=f"{key}: must be a number >= 0; got {raw!r}; using "
+                     f"{default}")  # fmt: skip
+                return default
+            return value
+
+        return cls(
+            max_restarts=int(number(contract.ENV_SUPERVISOR_MAX_RESTARTS, cls.max_restarts)),
+            window_s=number(contract.ENV_SUPERVISOR_WINDOW_SECONDS, cls.window_s),
+            pause_s=number(contract.ENV_SUPERVISOR_PAUSE_SECONDS, cls.pause_s),
+        )
+
+
+def _log(event: str, **fields: object) -> None:
+    """One JSON line, like the trainer's own events (``worker`` is unknown here: None)."""
+    record = {"ts": round(time.time(), 3), "event": event, "worker": None, "source": "supervisor"}
+    print(json.dumps({**record, **fields}), flush=True)
+
+
+class Supervisor:
+    """Runs the trainer child, restarts it on planned restarts, forwards signals."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        limits: Limits,
+        command: Sequence[str] | None = None,
+    ) -> None:
+        self.command = list(command or (sys.executable, "-m", contract.TRAINER_MODULE))
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.limits = limits
+        self.restarts = 0
+        self.child: subprocess.Popen[bytes] | None = None
+        self.signalled = threading.Event()
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._forward)
+        signal.signal(signal.SIGINT, self._forward)
+
+    def _forward(self, signum: int, _frame: FrameType | None) -> None:
+        self.signalled.set()
+        with self._lock:
+            child = self.child
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        env = {**self.env, contract.ENV_SUPERVISOR_RESTARTS: str(self.restarts)}
+        with self._lock:
+            self.child = subprocess.Popen([*self.command, *self.argv], env=env)
+            return self.child
+
+    def run(self) -> int:
+        """Supervise until the child ends for good; returns the exit code to leave with."""
+        recent: deque[float] = deque()
+        while True:
+            child = self._start()
+            if self.signalled.is_set():  # a signal that came while the child was starting
+                child.terminate()
+            code = _exit_code(child.wait())
+            if self.signalled.is_set():
+                _log("supervisor_exit", code=code, reason="signal forwarded to the trainer")
+                return code
+            if code not in contract.SUPERVISOR_RESTART_CODES:
+                return code
+            now = time.monotonic()
+            recent.append(now)
+            while recent and now - recent[0] > self.limits.window_s:
+                recent.popleft()
+            if len(recent) > self.limits.max_restarts:
+                _log(
+                    "supervisor_exit",
+                    code=code,
+                    restarts=self.restarts,
+                    reason=f"hot loop: more than {self.limits.max_restarts} planned restarts "
+                    f"within {self.limits.window_s:g} s; exiting with the trainer's code {code} "
+                    "so the kubelet's back-off applies",
+                )
+                return code
+            self.restarts += 1
+            _log("restart", code=code, restarts=self.restarts, pause_s=self.limits.pause_s)
+            # A SIGTERM during the pause ends the supervisor instead of starting a new child.
+            if self.signalled.wait(self.limits.pause_s):
+                _log("supervisor_exit", code=code, reason="signalled between restarts")
+                return code
+
+
+def _exit_code(returncode: int) -> int:
+    """A child killed by signal N (returncode -N) becomes 128 + N, as a shell reports it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    supervisor = Supervisor(
+        sys.argv[1:] if argv is None else argv, os.environ, Limits.from_env(os.environ)
+    )
+    supervisor.install()
+    return supervisor.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
