@@ -44,16 +44,7 @@ def service_account_manifest(cfg: StackConfig) -> dict:
 
 def role_rules(cfg: StackConfig) -> list[dict]:
     """One rule per call in ``contract.API_CALLS``, on the names the trainer may touch."""
-    names = {
-        "statefulsets": [cfg.statefulset_name],
-        "statefulsets/scale": [cfg.statefulset_name],
-        "pods": workers.pod_names(cfg),
-    }
-    return [
-        {"apiGroups": [group], "resources": [resource], "resourceNames": names[resource],
-         "verbs": [verb]}
-        for group, resource, verb in contract.API_CALLS
-    ]  # fmt: skip
+    return contract.role_rules(cfg.statefulset_name, len(workers.pod_names(cfg)))
 
 
 def role_manifest(cfg: StackConfig) -> dict:

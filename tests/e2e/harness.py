@@ -61,6 +61,21 @@ class Kube:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result.stdout if result.returncode == 0 else result.stderr
 
+    def can_i(self, *args: str) -> bool:
+        """``kubectl auth can-i <args>``: True for "yes", False for "no"; anything else (an
+        error, an unknown resource) fails."""
+        result = subprocess.run(
+            [self.kubectl, "--kubeconfig", str(self.kubeconfig), "auth", "can-i", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        answer = (result.returncode, result.stdout.strip())
+        if answer not in ((0, "yes"), (1, "no")):
+            raise AssertionError(f"kubectl auth can-i {' '.join(args)}: {answer} {result.stderr}")
+        return answer == (0, "yes")
+
     def get(self, kind: str, name: str | None = None, namespace: str | None = None) -> Any:
         """The object (or the list when ``name`` is ``None``) as JSON; ``None`` if not found."""
         args = ["get", kind, *([name] if name else []), "-o", "json"]
