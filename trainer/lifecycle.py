@@ -44,8 +44,8 @@ def run(config: Config, env: Mapping[str, str]) -> int:
             f"({contract.ENV_API_URL}, or {contract.ENV_REPLICAS_SOURCE}=api); got neither; use "
             f"--on-done {contract.ON_DONE_EXIT} or {contract.ON_DONE_IDLE} without a cluster"
         )
-    run_id = contract.run_id_from_env(env)
     root = checkpoint_root(env)
+    run_id = contract.run_id_from_env(env)
     explicit_tf_config = bool(env.get(contract.ENV_TF_CONFIG, "").strip())
     source_api = not explicit_tf_config and contract.replicas_source(env) == "api"
     state = _read_statefulset(env, required=source_api) if api else None

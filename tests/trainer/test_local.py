@@ -55,6 +55,7 @@ def test_worker_envs_follow_the_contract(tmp_path: Path):
         (errors.DataError, True),
         (errors.CheckpointError, True),
         (errors.ModelError, True),
+        (errors.ApiError, True),  # RBAC or the API: a restart cannot fix it
         (errors.PeerLostError, False),
         (errors.RestartRequested, False),
         (errors.TrainerError, False),  # EXIT_UNEXPECTED: may be transient (OOM), retried
@@ -74,6 +75,7 @@ def test_every_trainer_error_is_classified():
         errors.DataError,
         errors.CheckpointError,
         errors.ModelError,
+        errors.ApiError,
         errors.PeerLostError,
         errors.RestartRequested,
     }
