@@ -196,3 +196,18 @@ def test_supervisor_restart_count_is_exported(api: FakeApi, tmp_path: Path):
     assert f"{contract.METRIC_SUPERVISOR_RESTARTS} 3.0" in text, text
     assert f'{contract.METRIC_RUN_INFO}{{revision="rev-a",run_id="run-9"}} 1.0' in text, text
     assert os.environ.get(contract.ENV_SUPERVISOR_RESTARTS) is None
+
+
+def test_failed_read_at_start_is_a_warning_without_replicas_from_the_api(
+    api: FakeApi, tmp_path: Path
+):
+    """With TFD_REPLICAS_SOURCE=env the start-up read only serves the rollout check."""
+    root = tmp_path / "run-1"
+    _finished(root)
+    api.status["GET"] = 500
+    env = worker_envs(1, str(root))[0] | api.env(tmp_path / "token")
+    proc = _start(env, "--on-done", "exit")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_OK, err[-1000:]
+    warning = parse_events(out.splitlines(), "warning")[0]["message"]
+    assert warning.startswith(f"StatefulSet check at start failed: GET {api.url}{STS}: HTTP 500")
