@@ -73,8 +73,10 @@ def test_run_identity_with_the_local_launcher(tmp_path: Path):
     assert written["run_id"] == "run-a"
     before = (tmp_path / "run-a" / "summary.json").stat().st_mtime_ns
 
-    # The same identity again: finished, nothing trained, nothing rewritten.
-    code, summary, events = _launch(tmp_path, "run-a", "--epochs", "1")
+    # The same identity again: finished, nothing trained, nothing rewritten. The launcher maps
+    # scale-to-zero (no StatefulSet here) to exit.
+    again = ["--epochs", "1", "--on-done", "scale-to-zero"]
+    code, summary, events = _launch(tmp_path, "run-a", *again)
     assert code == EXIT_OK and "start" not in _names(events), _names(events)
     assert events[0]["event"] == "done" and events[0]["reason"] == "run finished; not training"
     assert (tmp_path / "run-a" / "summary.json").stat().st_mtime_ns == before
