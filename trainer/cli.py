@@ -160,8 +160,8 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
         "--learning-rate-scaling",
         choices=LR_SCALING,
         default=Config.learning_rate_scaling,
-        help="'none' (default): the rate is --learning-rate at any world size; 'linear': "
-        "--learning-rate x replicas (the rate follows the global batch across resizes)",
+        help="'linear' (default): --learning-rate x replicas, proportional to the global batch "
+        "across resizes; 'none': --learning-rate at any world size",
     )
     add(
         "--synthetic-examples",
@@ -191,8 +191,9 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
         "--on-done",
         choices=ON_DONE,
         default=Config.on_done,
-        help="after training (or when DONE exists at start): 'idle' keeps serving metrics "
-        "(default, for StatefulSet pods), 'exit' exits 0",
+        help="once the run is finished (after training, or finished at start): 'scale-to-zero' "
+        "scales the StatefulSet to 0 replicas and waits for SIGTERM (needs API access: "
+        "TFD_API_URL); 'idle' (default) serves metrics until terminated; 'exit' exits 0",
     )
     add(
         "--log-every",
@@ -217,8 +218,8 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
         "--replicas-poll",
         type=_positive_seconds,
         default=Config.replicas_poll,
-        help="seconds between reads of the StatefulSet's replicas by the chief when "
-        "TFD_REPLICAS_SOURCE=api (default 30)",
+        help="seconds between the chief's reads of its StatefulSet (world size, rollouts) "
+        "whenever Kubernetes API access is configured (default 30)",
     )
     return p
 

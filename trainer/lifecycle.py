@@ -44,11 +44,11 @@ def run(config: Config, env: Mapping[str, str]) -> int:
             f"({contract.ENV_API_URL}, or {contract.ENV_REPLICAS_SOURCE}=api); got neither; use "
             f"--on-done {contract.ON_DONE_EXIT} or {contract.ON_DONE_IDLE} without a cluster"
         )
-    run_id = contract.run_id_from_env(env)
     root = checkpoint_root(env)
+    run_id = contract.run_id_from_env(env)
     explicit_tf_config = bool(env.get(contract.ENV_TF_CONFIG, "").strip())
     source_api = not explicit_tf_config and contract.replicas_source(env) == "api"
-    state = _read_statefulset(env, required=source_api) if api else None
+    state, unread = _read_statefulset(env, required=source_api) if api else (None, "")
     replicas = state.replicas if source_api and state is not None else None
     stop = StopSignal()
     stop.install()
@@ -61,6 +61,8 @@ def run(config: Config, env: Mapping[str, str]) -> int:
     revision = env.get(contract.ENV_POD_REVISION, "").strip()
     metrics.identify(run_id, revision, _supervisor_restarts(env))
     MetricsServer(metrics, contract.metrics_port(env)).start()
+    if unread:
+        log.event("warning", message=f"StatefulSet check at start failed: {unread}")
 
     if state is not None and decide_from_state(env, spec.num_workers, state) is Decision.ROLLOUT:
         log.event("rollout", reason="this pod's revision is outdated; not training",
@@ -86,16 +88,18 @@ def run(config: Config, env: Mapping[str, str]) -> int:
     return _after_done(config, env, metrics, stop, log, scale=spec.is_chief)
 
 
-def _read_statefulset(env: Mapping[str, str], required: bool) -> k8s.StatefulSetState | None:
-    """The StatefulSet at start. Its replica count is required with ``TFD_REPLICAS_SOURCE=api``
-    (a failure is a ContractError); otherwise it only serves the rollout check, and a failure
-    is left to the chief's poll."""
+def _read_statefulset(
+    env: Mapping[str, str], required: bool
+) -> tuple[k8s.StatefulSetState | None, str]:
+    """The StatefulSet at start, or ``None`` and why not. Its replica count is required with
+    ``TFD_REPLICAS_SOURCE=api`` (a failure is a ContractError); otherwise it only serves the
+    rollout check, and a failure is a warning (the chief's poll tries again)."""
     try:
-        return k8s.statefulset_state(env)
-    except ContractError:
+        return k8s.statefulset_state(env), ""
+    except ContractError as err:
         if required:
             raise
-        return None
+        return None, str(err)
 
 
 def _ordinal(env: Mapping[str, str]) -> int:

@@ -162,7 +162,11 @@ class WorkerProcess:
 
 
 class LocalCluster:
-    """N trainer processes on loopback with the contract environment; one attempt."""
+    """N trainer processes on loopback with the contract environment; one attempt.
+
+    ``module`` is what each process runs: ``trainer`` (default), or ``trainer.supervisor``, the
+    image's entrypoint, which restarts the trainer in place on exit 75/76.
+    """
 
     def __init__(
         self,
@@ -172,8 +176,10 @@ class LocalCluster:
         out: TextIO | None = None,
         python: str = sys.executable,
         extra_env: Mapping[str, str] | None = None,
+        module: str = contract.TRAINER_MODULE,
     ) -> None:
         self.extra_env = dict(extra_env or {})
+        self.module = module
         self.workers = workers
         self.checkpoint_dir = checkpoint_dir
         self.trainer_args = list(trainer_args)
@@ -188,7 +194,7 @@ class LocalCluster:
         for i, env in enumerate(envs):
             env.update(self.extra_env)
             proc = subprocess.Popen(
-                [self.python, "-m", "trainer", *self.trainer_args],
+                [self.python, "-m", self.module, *self.trainer_args],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

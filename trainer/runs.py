@@ -11,6 +11,7 @@ explicit ``--steps-per-epoch``); the workers then resume from the last checkpoin
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 
 from trainer import contract
@@ -83,11 +84,17 @@ def read_done(root: str) -> DoneRecord | None:
     """
     path = join(root, contract.DONE_MARKER)
     try:
-        fs = gfile()
-        if not fs.exists(path):
-            return None
-        with fs.GFile(path, "r") as f:
-            text = f.read()
+        if "://" not in root:  # a local path: no TensorFlow import (seconds) to find out
+            if not os.path.exists(path):
+                return None
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        else:
+            fs = gfile()
+            if not fs.exists(path):
+                return None
+            with fs.GFile(path, "r") as f:
+                text = f.read()
     except Exception as err:  # noqa: BLE001 - tf.errors.OpError without importing tf eagerly
         raise CheckpointError(
             f"{contract.ENV_CHECKPOINT_DIR}={root!r}: cannot access: {err}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,6 +32,8 @@ class FakeApi:
     status: dict[str, int] = field(default_factory=dict)
     seen: list[Seen] = field(default_factory=list)
     url: str = ""
+    on_request: Callable[[Seen], None] | None = None
+    """Called with each request before it is answered (to look at the world at that moment)."""
     _server: ThreadingHTTPServer | None = None
 
     def start(self) -> FakeApi:
@@ -40,14 +43,15 @@ class FakeApi:
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                api.seen.append(
-                    Seen(
-                        self.command,
-                        self.path,
-                        dict(self.headers.items()),
-                        json.loads(raw) if raw else None,
-                    )
+                seen = Seen(
+                    self.command,
+                    self.path,
+                    dict(self.headers.items()),
+                    json.loads(raw) if raw else None,
                 )
+                if api.on_request is not None:
+                    api.on_request(seen)
+                api.seen.append(seen)
                 code = api.status.get(self.command, 200)
                 if code != 200:
                     doc = {"kind": "Status", "message": f"{self.command} is forbidden here"}

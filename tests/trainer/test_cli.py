@@ -28,6 +28,8 @@ def test_defaults():
     config = cli.parse_args([])
     assert config == cli.Config()
     assert config.dataset == "synthetic" and config.on_done == "idle"
+    assert config.learning_rate_scaling == "linear", "the rate follows the global batch"
+    assert cli.Config.__dataclass_fields__["on_done"].default in contract.ON_DONE_MODES
     # No collective timeout by default: TensorFlow starts a thread per collective with one.
     assert config.collective_timeout == 0
     assert cli.parse_args(["--collective-timeout", "0"]).collective_timeout == 0
@@ -79,6 +81,11 @@ def test_pod_flags_parse():
         ),
         (["--model", "nomodule"], r"--model: must be 'module:function'; got 'nomodule'"),
         (["--on-done", "sleep"], r"--on-done: invalid choice"),
+        (
+            ["--on-done", "scale"],
+            r"--on-done: invalid choice: 'scale' \(choose from "
+            r"'scale-to-zero', 'idle', 'exit'\)",
+        ),
         (["--learning-rate", "0"], r"--learning-rate: must be a number in \(0, 10\]"),
         (["--checkpoint-dir", "/x"], r"unrecognized arguments: --checkpoint-dir"),
         (["--cpu-devices", "0"], r"--cpu-devices: must be an integer in \[1, 64\]; got '0'"),

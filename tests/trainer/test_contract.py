@@ -156,3 +156,67 @@ def test_replicas_source_error():
 def test_metric_names_are_unique_and_prefixed():
     assert len(set(contract.METRIC_NAMES)) == len(contract.METRIC_NAMES)
     assert all(name.startswith("tfd_") for name in contract.METRIC_NAMES)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, False),
+        ({contract.ENV_API_URL: "  "}, False),
+        ({contract.ENV_API_URL: "https://kubernetes.default.svc"}, True),
+        ({contract.ENV_REPLICAS_SOURCE: "api"}, True),  # implies the default URL
+        ({contract.ENV_REPLICAS_SOURCE: "env", contract.ENV_API_URL: "http://x"}, True),
+    ],
+)
+def test_api_configured(env: dict[str, str], expected: bool):
+    assert contract.api_configured(env) is expected, env
+
+
+@pytest.mark.parametrize(
+    ("directory", "run_id", "expected"),
+    [
+        ("/ckpt/run-7", None, "run-7"),  # unset: the directory's last segment
+        ("/ckpt/run-7/", None, "run-7"),
+        ("gs://bucket/runs/2026-12-01.a_b", None, "2026-12-01.a_b"),
+        ("/ckpt/run-7", "run-7", "run-7"),
+        ("s3://b/r/20261201-143000", "20261201-143000", "20261201-143000"),
+        ("/ckpt/my dir", None, "my dir"),  # not validated when derived: only a label
+    ],
+)
+def test_run_id(directory: str, run_id: str | None, expected: str):
+    env = {contract.ENV_CHECKPOINT_DIR: directory}
+    if run_id is not None:
+        env[contract.ENV_RUN_ID] = run_id
+    assert contract.run_id_from_env(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("directory", "run_id", "match"),
+    [
+        ("/ckpt", "run-7", r"TFD_CHECKPOINT_DIR: must be '<root>/run-7' \(one directory per "),
+        ("/ckpt/run-7/x", "run-7", r"TFD_CHECKPOINT_DIR: must be '<root>/run-7'"),
+        ("/ckpt/-bad", "-bad", r"TFD_RUN_ID: must be 1-63 letters"),
+        ("/ckpt/a/b", "a/b", r"TFD_RUN_ID: must be 1-63 letters"),
+        ("/ckpt/" + "x" * 64, "x" * 64, r"TFD_RUN_ID: must be 1-63 letters"),
+    ],
+)
+def test_run_id_errors(directory: str, run_id: str, match: str):
+    env = {contract.ENV_CHECKPOINT_DIR: directory, contract.ENV_RUN_ID: run_id}
+    with pytest.raises(ContractError, match=match):
+        contract.run_id_from_env(env)
+
+
+def test_supervisor_restarts_planned_codes_only():
+    from trainer import errors
+
+    assert contract.SUPERVISOR_RESTART_CODES == (errors.EXIT_PEER_LOST, errors.EXIT_RESTART)
+    assert errors.RolloutRequested.exit_code == errors.EXIT_RESTART
+
+
+def test_api_calls_are_the_documented_three():
+    assert [tuple(c) for c in contract.API_CALLS] == [
+        ("apps", "statefulsets", "get"),
+        ("apps", "statefulsets/scale", "patch"),
+        ("", "pods", "delete"),
+    ]
+    assert contract.api_resource_names(contract.API_CALLS[2], "w", 2) == ["w-0", "w-1"]

@@ -26,6 +26,9 @@ SUMMARY_KEYS = {"workers", "final_step", "loss", "accuracy", "examples_per_sec",
         (["--workers", "0"], "--workers: must be in [1, 16]"),
         (["--restarts", "-1"], "--restarts: must be in [0, 100]"),
         (["--epochs", "zero"], "--epochs: must be an integer >= 1"),
+        (["--run-id", "a", "--checkpoint-dir", "/tmp/x"], "--run-id: give --run-id or"),
+        (["--run-id=a_"], "--run-id: must be 1-63 letters"),
+        (["--checkpoint-dir", "/tmp/a b"], "got 'a b'"),
     ],
 )
 def test_bad_flags_start_nothing(argv: list[str], match: str, capsys: pytest.CaptureFixture[str]):
@@ -35,6 +38,12 @@ def test_bad_flags_start_nothing(argv: list[str], match: str, capsys: pytest.Cap
     captured = capsys.readouterr()
     assert match in captured.err
     assert "[launcher] starting" not in captured.out
+
+
+def test_run_id_is_the_checkpoint_directory(tmp_path: Path):
+    envs = local.worker_envs(2, str(tmp_path / "runs" / "run-42"))
+    assert {e[contract.ENV_RUN_ID] for e in envs} == {"run-42"}
+    assert all(contract.run_id_from_env(e) == "run-42" for e in envs)
 
 
 def test_worker_envs_follow_the_contract(tmp_path: Path):
@@ -55,6 +64,7 @@ def test_worker_envs_follow_the_contract(tmp_path: Path):
         (errors.DataError, True),
         (errors.CheckpointError, True),
         (errors.ModelError, True),
+        (errors.ApiError, True),  # RBAC or the API: a restart cannot fix it
         (errors.PeerLostError, False),
         (errors.RestartRequested, False),
         (errors.TrainerError, False),  # EXIT_UNEXPECTED: may be transient (OOM), retried
@@ -74,6 +84,7 @@ def test_every_trainer_error_is_classified():
         errors.DataError,
         errors.CheckpointError,
         errors.ModelError,
+        errors.ApiError,
         errors.PeerLostError,
         errors.RestartRequested,
     }

@@ -211,7 +211,9 @@ def test_kill_9_then_resume(trained: dict[str, Any], tmp_path: Path):
 
 def test_sigterm_then_resume_with_fewer_workers(tmp_path: Path):
     """Both workers stop at step S; one worker (half the global batch) resumes at 2 S with the
-    examples seen kept, and finishes at the 1-worker total."""
+    examples seen kept, and finishes at the 1-worker total. The optimizer's iterations follow
+    the step and the learning rate follows the global batch (linear: 2x at 2 workers, 1x at 1),
+    from the resume to the final checkpoint."""
     cluster = _start(tmp_path, "--on-done", "exit")
     _until(lambda: _last_step(cluster) >= CHECKPOINT_EVERY, 120, "worker-0 past step 8")
     cluster.signal(1, signal.SIGTERM)
@@ -231,6 +233,32 @@ def test_sigterm_then_resume_with_fewer_workers(tmp_path: Path):
     assert events.events("start")[0]["total_steps"] == TOTAL_STEPS_1_WORKER
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["final_step"] == TOTAL_STEPS_1_WORKER, summary
+
+    base = 1e-3  # --learning-rate's default
+    two = [p.events("start")[0]["learning_rate"] for p in cluster.procs]
+    assert two == pytest.approx([2 * base, 2 * base]), two
+    resume = events.events("resume")[0]
+    assert resume["optimizer_iterations"] == resume["step"] == 2 * stops[0], resume
+    assert resume["learning_rate"] == pytest.approx(base), resume
+    assert events.events("start")[0]["learning_rate"] == pytest.approx(base)
+    final = _checkpoint_values(tmp_path, TOTAL_STEPS_1_WORKER)
+    assert final["iterations"] == final["step"] == TOTAL_STEPS_1_WORKER, final
+    assert final["learning_rate"] == pytest.approx(base), final
+    assert final["global_batch"] == 32, final
+
+
+def _checkpoint_values(root: Path, step: int) -> dict[str, float]:
+    """Step, global batch, optimizer iterations and learning rate saved in ``ckpt-<step>``."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(root / "checkpoints" / f"ckpt-{step}"))
+    value = "/.ATTRIBUTES/VARIABLE_VALUE"
+    return {
+        "step": int(reader.get_tensor(f"step{value}")),
+        "global_batch": int(reader.get_tensor(f"global_batch{value}")),
+        "iterations": int(reader.get_tensor(f"optimizer/_iterations{value}")),
+        "learning_rate": float(reader.get_tensor(f"optimizer/_learning_rate{value}")),
+    }
 
 
 def test_sigterm_while_the_cluster_forms(tmp_path: Path):

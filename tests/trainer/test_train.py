@@ -96,11 +96,13 @@ def test_no_checkpoint_starts_at_zero(tmp_path: Path):
     ("flags", "saved", "now", "expected"),
     [
         # (flags, (global batch, step) saved, global batch now, (step, optimizer lr) after)
-        ({}, (64, 40), 32, (80, 1e-3)),  # 2 -> 1 worker: examples kept, the flag's rate
-        ({"learning_rate_scaling": "linear"}, (64, 40), 32, (80, 1e-3)),  # 1 replica: x1
-        ({"learning_rate_scaling": "linear"}, (32, 40), 64, (20, 2e-3)),  # 2 replicas: x2
+        ({}, (64, 40), 32, (80, 1e-3)),  # 2 -> 1 worker: examples kept, linear: x1
+        ({}, (32, 40), 64, (20, 2e-3)),  # 1 -> 2 workers (default linear): x2
+        ({}, (64, 40), 96, (26, 3e-3)),  # 2 -> 3 workers: x3
+        ({"learning_rate_scaling": "none"}, (64, 40), 32, (80, 1e-3)),  # the flag's rate
+        ({"learning_rate_scaling": "none"}, (32, 40), 64, (20, 1e-3)),
         ({"steps_per_epoch": 30}, (64, 40), 32, (40, 1e-3)),  # explicit epochs: steps kept
-        ({"learning_rate": 5e-4}, (64, 40), 64, (40, 5e-4)),  # a new flag value wins
+        ({"learning_rate": 5e-4}, (64, 40), 64, (40, 1e-3)),  # a new flag value wins (x2)
     ],
 )
 def test_resize_keeps_optimizer_step_and_learning_rate(
@@ -141,7 +143,7 @@ def test_resize_keeps_optimizer_step_and_learning_rate(
     step_var = tf.Variable(0, dtype=tf.int64)
     batch_var = tf.Variable(now, dtype=tf.int64)
     config = Config(batch_size=32, **flags)
-    worker, _ = _worker(tmp_path, config)
+    worker, log = _worker(tmp_path, config)
     start = worker._restore(
         {"model": net, "optimizer": opt, "step": step_var}, step_var, batch_var, 1000
     )
@@ -149,6 +151,9 @@ def test_resize_keeps_optimizer_step_and_learning_rate(
     assert start == step, f"{flags}: resumed at {start}, expected {step}"
     assert int(opt.iterations.numpy()) == step, f"{flags}: optimizer at {opt.iterations.numpy()}"
     assert float(opt.learning_rate.numpy()) == pytest.approx(lr), f"{flags}: learning rate"
+    resume = [e for e in map(json.loads, log.getvalue().splitlines()) if e["event"] == "resume"]
+    assert resume[0]["optimizer_iterations"] == step, resume
+    assert resume[0]["learning_rate"] == pytest.approx(lr), resume
 
 
 def _tf_errors() -> dict[str, object]:
@@ -182,7 +187,7 @@ def test_importing_the_trainer_does_not_load_tensorflow():
     import sys
 
     code = (
-        "import sys, trainer.cli, trainer.train; "
+        "import sys, trainer.cli, trainer.train, trainer.lifecycle, trainer.supervisor; "
         "print(sorted({'tensorflow', 'numpy'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

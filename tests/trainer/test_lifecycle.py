@@ -1,0 +1,213 @@
+"""A worker process's start paths that train nothing, as real ``python -m trainer`` processes
+against a fake Kubernetes API: a finished run scales to zero (or fails clearly on 403), a pod of
+an outdated revision deletes itself, a surplus pod waits, scale-to-zero without API access is
+refused. Each waiting process is then stopped with SIGTERM, as the kubelet would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.fake_api import FakeApi
+from trainer import contract, runs
+from trainer.errors import EXIT_API, EXIT_CONTRACT, EXIT_OK, EXIT_RESTART
+from trainer.local import parse_events, worker_envs
+
+STS = "/apis/apps/v1/namespaces/local/statefulsets/tfd-worker"
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    fake = FakeApi(replicas=1, update_revision="rev-a").start()
+    yield fake
+    fake.stop()
+
+
+def _finished(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    # What the default flags (3 epochs) ask for: finished.
+    runs.write_done(str(root), runs.DoneRecord(192, 3, 64, 64, root.name))
+
+
+def _start(env: dict[str, str], *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainer", *flags],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _until_api(api: FakeApi, method: str, timeout_s: float = 60) -> None:
+    deadline = time.time() + timeout_s
+    while not api.calls(method):
+        assert time.time() < deadline, f"no {method} within {timeout_s}s: {api.seen}"
+        time.sleep(0.05)
+
+
+def _terminate(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    time.sleep(0.3)  # the wait comes right after the call
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, out, err
+
+
+def test_scale_to_zero_needs_api_access(tmp_path: Path):
+    env = worker_envs(1, str(tmp_path / "run"))[0]
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "--on-done", "scale-to-zero"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == EXIT_CONTRACT, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "trainer: error: --on-done scale-to-zero: needs Kubernetes API access (TFD_API_URL, or "
+        "TFD_REPLICAS_SOURCE=api); got neither; use --on-done exit or idle without a cluster"
+    )
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["chief", "worker-1"])
+def test_finished_run_scales_to_zero_then_waits(api: FakeApi, tmp_path: Path, index: int):
+    """Any worker that starts and finds the run finished scales the StatefulSet to zero."""
+    root = tmp_path / "run-1"
+    _finished(root)
+    env = worker_envs(2, str(root))[index] | api.env(tmp_path / "token")
+    proc = _start(env, "--on-done", "scale-to-zero")
+    _until_api(api, "PATCH")
+    code, out, err = _terminate(proc)
+    assert code == EXIT_OK, err[-1000:]
+    (patch,) = api.calls("PATCH")
+    assert (patch.path, patch.body) == (f"{STS}/scale", {"spec": {"replicas": 0}})
+    assert patch.headers["Content-Type"] == "application/merge-patch+json"
+    assert [e["event"] for e in parse_events(out.splitlines())] == [
+        "done",
+        "scaled_to_zero",
+        "idle",
+    ], out
+    assert not api.calls("DELETE")
+
+
+def test_failed_scale_to_zero_exits_7_with_one_line(api: FakeApi, tmp_path: Path):
+    root = tmp_path / "run-1"
+    _finished(root)
+    api.status["PATCH"] = 403
+    env = worker_envs(1, str(root))[0] | api.env(tmp_path / "token")
+    proc = _start(env, "--on-done", "scale-to-zero")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_API, err[-1000:]
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"trainer: error: PATCH {api.url}{STS}/scale: HTTP 403 Forbidden: PATCH is forbidden here"
+    )
+
+
+@pytest.mark.parametrize("on_done", ["idle", "exit"])
+def test_other_modes_do_not_scale(api: FakeApi, tmp_path: Path, on_done: str):
+    root = tmp_path / "run-1"
+    _finished(root)
+    env = worker_envs(1, str(root))[0] | api.env(tmp_path / "token")
+    proc = _start(env, "--on-done", on_done)
+    if on_done == "idle":
+        deadline = time.time() + 60
+        while proc.stdout is not None and '"event": "idle"' not in proc.stdout.readline():
+            assert time.time() < deadline
+        code, _, err = _terminate(proc)
+    else:
+        _, err = proc.communicate(timeout=60)
+        code = proc.returncode
+    assert code == EXIT_OK, err[-1000:]
+    assert [s.method for s in api.seen] == ["GET"], "only the start-up StatefulSet read"
+
+
+def test_outdated_revision_deletes_its_own_pod(api: FakeApi, tmp_path: Path):
+    api.update_revision = "rev-b"
+    env = worker_envs(2, str(tmp_path / "run-1"))[1] | api.env(tmp_path / "token")
+    env[contract.ENV_POD_REVISION] = "rev-a"
+    proc = _start(env, "--on-done", "scale-to-zero")
+    _until_api(api, "DELETE")
+    code, out, err = _terminate(proc)
+    assert code == EXIT_RESTART, err[-1000:]
+    (delete,) = api.calls("DELETE")
+    assert delete.path == "/api/v1/namespaces/local/pods/tfd-worker-1"
+    events = [e["event"] for e in parse_events(out.splitlines())]
+    assert events == ["rollout", "pod_deleted"], out
+    assert not (tmp_path / "run-1" / "checkpoints").exists(), "trained before leaving"
+
+
+def test_failed_delete_exits_7(api: FakeApi, tmp_path: Path):
+    api.update_revision = "rev-b"
+    api.status["DELETE"] = 403
+    env = worker_envs(1, str(tmp_path / "run-1"))[0] | api.env(tmp_path / "token")
+    env[contract.ENV_POD_REVISION] = "rev-a"
+    proc = _start(env)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_API, err[-1000:]
+    assert err.strip().splitlines()[-1] == (
+        f"trainer: error: DELETE {api.url}/api/v1/namespaces/local/pods/tfd-worker-0: "
+        "HTTP 403 Forbidden: DELETE is forbidden here"
+    )
+
+
+def test_surplus_pod_waits_for_termination(api: FakeApi, tmp_path: Path):
+    """Scaled from 2 to 1: the controller is removing tfd-worker-1; it must not fail."""
+    env = worker_envs(2, str(tmp_path / "run-1"))[1] | api.env(tmp_path / "token")
+    env[contract.ENV_REPLICAS_SOURCE] = "api"
+    proc = _start(env)
+    deadline = time.time() + 60
+    while proc.stdout is not None and '"event": "surplus"' not in proc.stdout.readline():
+        assert time.time() < deadline and proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+    code, _, err = _terminate(proc)
+    assert code == EXIT_OK, err[-1000:]
+    assert "error" not in err
+
+
+def test_supervisor_restart_count_is_exported(api: FakeApi, tmp_path: Path):
+    """TFD_SUPERVISOR_RESTARTS and the run id reach /metrics of a (finished, idle) worker."""
+    import urllib.request
+
+    root = tmp_path / "run-9"
+    _finished(root)
+    env = worker_envs(1, str(root))[0] | {
+        contract.ENV_SUPERVISOR_RESTARTS: "3",
+        contract.ENV_POD_REVISION: "rev-a",
+    }
+    proc = _start(env, "--on-done", "idle")
+    url = f"http://127.0.0.1:{env[contract.ENV_METRICS_PORT]}{contract.METRICS_PATH}"
+    deadline = time.time() + 60
+    text = ""
+    while contract.METRIC_SUPERVISOR_RESTARTS not in text:
+        assert time.time() < deadline and proc.poll() is None, "no /metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError:
+            time.sleep(0.1)
+    _terminate(proc)
+    assert f"{contract.METRIC_SUPERVISOR_RESTARTS} 3.0" in text, text
+    assert f'{contract.METRIC_RUN_INFO}{{revision="rev-a",run_id="run-9"}} 1.0' in text, text
+    assert os.environ.get(contract.ENV_SUPERVISOR_RESTARTS) is None
+
+
+def test_failed_read_at_start_is_a_warning_without_replicas_from_the_api(
+    api: FakeApi, tmp_path: Path
+):
+    """With TFD_REPLICAS_SOURCE=env the start-up read only serves the rollout check."""
+    root = tmp_path / "run-1"
+    _finished(root)
+    api.status["GET"] = 500
+    env = worker_envs(1, str(root))[0] | api.env(tmp_path / "token")
+    proc = _start(env, "--on-done", "exit")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_OK, err[-1000:]
+    warning = parse_events(out.splitlines(), "warning")[0]["message"]
+    assert warning.startswith(f"StatefulSet check at start failed: GET {api.url}{STS}: HTTP 500")

@@ -1,0 +1,52 @@
+"""The DONE record and the rule "a finished run stays finished unless more steps are asked"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainer import contract, runs
+from trainer.config import Config
+from trainer.errors import CheckpointError
+
+RECORD = runs.DoneRecord(final_step=96, epochs=3, steps_per_epoch=32, global_batch=128, run_id="a")
+
+
+@pytest.mark.parametrize(
+    ("flags", "finished", "requested"),
+    [
+        ({"epochs": 3}, True, 96),  # the same request: finished
+        ({"epochs": 2}, True, 64),  # fewer epochs: finished
+        ({"epochs": 4}, False, 128),  # --epochs raised with the same run id: continue
+        ({"epochs": 3, "steps_per_epoch": 32}, True, 96),
+        ({"epochs": 3, "steps_per_epoch": 40}, False, 120),  # a larger explicit epoch
+        ({"epochs": 3, "batch_size": 32}, True, 96),  # another batch: counted in epochs
+    ],
+)
+def test_finished_for(flags: dict[str, int], finished: bool, requested: int):
+    config = Config(**flags)
+    assert RECORD.requested_steps(config) == requested
+    assert RECORD.finished_for(config) is finished, flags
+
+
+def test_old_marker_is_finished_for_good():
+    old = runs.DoneRecord.parse("96\n", "DONE")
+    assert old == runs.DoneRecord(final_step=96)
+    assert old.requested_steps(Config(epochs=100)) is None
+    assert old.finished_for(Config(epochs=100))
+
+
+def test_record_round_trip(tmp_path: Path):
+    assert runs.read_done(str(tmp_path)) is None
+    runs.write_done(str(tmp_path), RECORD)
+    assert runs.read_done(str(tmp_path)) == RECORD
+    text = (tmp_path / contract.DONE_MARKER).read_text()
+    assert text.endswith("\n") and text.count("\n") == 1, text
+
+
+@pytest.mark.parametrize("text", ["", "done", '{"epochs": 3}', '{"final_step": "x"}', "[1]"])
+def test_bad_marker_is_a_checkpoint_error(tmp_path: Path, text: str):
+    (tmp_path / contract.DONE_MARKER).write_text(text)
+    with pytest.raises(CheckpointError, match=r"DONE: must be the final step or a JSON object"):
+        runs.read_done(str(tmp_path))
