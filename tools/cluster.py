@@ -422,16 +422,17 @@ def down(quiet: bool = False) -> None:
     real = real_node.was_up(STATE)
     if real and pids and KUBECONFIG.exists():
         real_node.drain(_kubectl, quiet=quiet)
-    for pid, _name in reversed(pids):
+    # One at a time, last started first: the API server, for one, deregisters itself from
+    # etcd on the way out, so etcd must still run then.
+    for pid, name in reversed(pids):
         # Each process leads its own session: signal its whole group, nothing else.
         try:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             continue
-    deadline = time.monotonic() + 15
-    for pid, name in reversed(pids):
+        deadline = time.monotonic() + 15
         while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.1)
         if _alive(pid):
             os.killpg(pid, signal.SIGKILL)
             if not quiet:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -19,6 +20,7 @@ KERNEL_TUNABLES = (
     "vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
     "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
 )  # fmt: skip
+IPTABLES = ("iptables", "ip6tables")
 IPTABLES_TABLES = ("filter", "nat", "mangle")
 NFT_TABLES = (("ip", "kube-proxy"), ("ip6", "kube-proxy"), ("inet", "kube-network-policies"))
 
@@ -35,11 +37,14 @@ def run(*argv: str, check: bool = True, stdin: bytes | None = None) -> str:
 
 
 def iptables_chains() -> dict[str, list[str]]:
-    """The chain names of each iptables table (to remove only the chains the node added)."""
+    """The chain names of each iptables and ip6tables table (``ip6tables:nat`` etc.), to remove
+    only the chains the node added (the kubelet's canaries and KUBE-FIREWALL)."""
     out = {}
-    for table in IPTABLES_TABLES:
-        text = run("iptables-save", "-t", table, check=False)
-        out[table] = sorted(line[1:].split()[0] for line in text.splitlines() if line[:1] == ":")
+    for cmd in IPTABLES:
+        for table in IPTABLES_TABLES:
+            text = run(f"{cmd}-save", "-t", table, check=False)
+            chains = sorted(line[1:].split()[0] for line in text.splitlines() if line[:1] == ":")
+            out[f"{cmd}:{table}"] = chains
     return out
 
 
@@ -110,41 +115,60 @@ def mounts_under(path: Path) -> list[str]:
 
 
 def network_up(names: Names) -> None:
-    for name in (names.dummy, names.bridge):
-        if Path(f"/sys/class/net/{name}").exists():
-            raise NodeError(f"interface {name} exists: another node of this checkout? (make down)")
+    """The node's one bridge: the pods' gateway, the node's (and API server's) address and the
+    NodeLocal DNS address. (This kernel has no dummy interfaces; a bridge serves as well.)"""
+    if Path(f"/sys/class/net/{names.bridge}").exists():
+        raise NodeError(f"interface {names.bridge} exists: run `make cluster-down` first")
     taken = run("ip", "-o", "addr", "show")
     for ip in (NODE_IP, DNS_IP, POD_GATEWAY):
         if f" {ip}/" in taken:
             raise NodeError(f"address {ip} already on this machine: another real node runs here")
-    run("ip", "link", "add", names.dummy, "type", "dummy")
-    run("ip", "addr", "add", f"{NODE_IP}/32", "dev", names.dummy)
-    run("ip", "addr", "add", f"{DNS_IP}/32", "dev", names.dummy)
-    run("ip", "link", "set", names.dummy, "up")
-    # The bridge exists before the first pod so the API server can be reached from it at once.
     run("ip", "link", "add", names.bridge, "type", "bridge")
     run("ip", "addr", "add", f"{POD_GATEWAY}/24", "dev", names.bridge)
+    run("ip", "addr", "add", f"{NODE_IP}/32", "dev", names.bridge)
+    run("ip", "addr", "add", f"{DNS_IP}/32", "dev", names.bridge)
     run("ip", "link", "set", names.bridge, "up")
 
 
 def network_down(names: Names) -> None:
-    for name in (names.bridge, names.dummy):
-        if Path(f"/sys/class/net/{name}").exists():
-            run("ip", "link", "del", name, check=False)
+    if Path(f"/sys/class/net/{names.bridge}").exists():
+        run("ip", "link", "del", names.bridge, check=False)
     for family, table in NFT_TABLES:
         if run("nft", "list", "table", family, table, check=False):
             run("nft", "delete", "table", family, table, check=False)
+
+
+def rules_into(listing: str, chains: set[str]) -> list[list[str]]:
+    """Rules (``iptables -S`` lines, without ``-A``) of other chains that jump or go to one of
+    ``chains``: they must go before those chains can be removed."""
+    out = []
+    for line in listing.splitlines():
+        words = shlex.split(line)
+        if words[:1] != ["-A"] or words[1] in chains:
+            continue
+        targets = {words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-j", "-g")}
+        if targets & chains:
+            out.append(words[1:])
+    return out
 
 
 def restore_host(before: HostBefore) -> None:
     for tunable, value in before.tunables.items():
         with contextlib.suppress(OSError):
             Path("/proc/sys", tunable).write_text(value)
-    now = iptables_chains()
-    for table, chains in now.items():
-        for chain in sorted(set(chains) - set(before.chains.get(table, []))):
-            run("iptables", "-t", table, "-F", chain, check=False)
-            run("iptables", "-t", table, "-X", chain, check=False)
+    for key, chains in iptables_chains().items():
+        cmd, table = key.split(":")
+        # Only KUBE-* chains: the host's own chains are never flushed or removed.
+        added = {c for c in chains if c.startswith("KUBE-")} - set(before.chains.get(key, []))
+        if not added:
+            continue
+        # First the rules of the host's chains that jump to an added chain, then those chains.
+        for rule in rules_into(run(cmd, "-t", table, "-S", check=False), added):
+            run(cmd, "-t", table, "-D", *rule, check=False)
+        for chain in sorted(added):
+            run(cmd, "-t", table, "-F", chain, check=False)
+        for chain in sorted(added):
+            run(cmd, "-t", table, "-X", chain, check=False)
 
 
 def save_before(path: Path) -> HostBefore:

@@ -5,16 +5,16 @@ Everything runs on this machine as processes the cluster records (and ``down`` s
 * containerd (Debian) with runc, the CNI ``bridge`` plugin (Debian's containernetworking-plugins)
   on a bridge of its own, and images imported from OCI archives (nothing can be pulled);
 * the kubelet and kube-proxy (nftables mode) of the control plane's Kubernetes version;
-* CoreDNS on the NodeLocal DNSCache address (``169.254.20.10``) of a dummy interface, so the
+* CoreDNS on the NodeLocal DNSCache address (``169.254.20.10``) of the node's bridge, so the
   stacks' NetworkPolicy ``dns`` rule (``dnsEgressCidrs``) allows it as it does on GKE;
 * kube-network-policies, which enforces NetworkPolicy through nftables and NFQUEUE;
 * metrics-server behind an APIService, so ``kubectl top`` and the HPA have CPU metrics;
 * StorageClasses ``standard`` and ``standard-rwx`` with ``local`` volumes in the cluster's own
   directory (one node: ReadWriteMany is real).
 
-The API server listens on the node's address (``10.250.0.1``, the dummy interface's), so pods
-reach it as the ``kubernetes`` Service's endpoint. Interface, bridge and cgroup names carry
-``tfd`` and a hash of the checkout. What the kubelet changes on the host (kernel tunables,
+The API server listens on the node's address (``10.250.0.1``, also on the bridge), so pods
+reach it as the ``kubernetes`` Service's endpoint. The bridge and cgroup names carry ``tfd`` and
+a hash of the checkout. What the kubelet changes on the host (kernel tunables,
 iptables canary chains) is recorded at ``up`` and put back at ``down``.
 """
 

@@ -24,14 +24,13 @@ class Names:
     """Host names and paths of one checkout's node: unique per checkout, short enough for Linux
     (interface names are at most 15 bytes)."""
 
-    dummy: str
     bridge: str
     cgroup: str
 
     @classmethod
     def for_root(cls, root: Path) -> Names:
         tag = hashlib.sha256(str(root).encode()).hexdigest()[:6]
-        return cls(dummy=f"tfd{tag}", bridge=f"tfdbr{tag}", cgroup=f"tfd-node-{tag}")
+        return cls(bridge=f"tfdbr{tag}", cgroup=f"tfd-node-{tag}")
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   sandbox_image = "{node_images.PAUSE_IMAGE}"
   # Network namespaces under our state directory, not /run/netns (`ip netns` stays untouched).
   netns_mounts_under_state_dir = true
+  # This machine withholds CAP_SYS_RESOURCE: runc cannot lower oom_score_adj (the kubelet asks
+  # -998 for sandboxes), so containerd keeps every score at or above its own.
+  restrict_oom_score_adj = true
   [{cri}.containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"

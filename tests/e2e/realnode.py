@@ -100,7 +100,7 @@ def exec_in(
 def timed_connect(kube: Kube, pod: str, namespace: str, host: str, port: int) -> tuple[int, float]:
     """A TCP connect from ``pod`` to ``host:port`` with a 3 s limit: exit status and seconds."""
     started = time.monotonic()
-    code, _ = exec_in(kube, pod, namespace, f"nc -z -w 3 {host} {port}")
+    code, _ = exec_in(kube, pod, namespace, f"nc -w 3 {host} {port} </dev/null")
     return code, time.monotonic() - started
 
 

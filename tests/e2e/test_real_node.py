@@ -82,7 +82,7 @@ def test_pods_resolve_the_api_service_and_a_statefulset_pods_name(
 def test_kube_proxy_takes_pods_to_the_api_server_through_the_kubernetes_service(
     kube: Kube, ns: str, client: str
 ) -> None:
-    code, out = realnode.exec_in(kube, client, ns, "nc -z -w 5 kubernetes.default.svc 443")
+    code, out = realnode.exec_in(kube, client, ns, "nc -w 5 kubernetes.default.svc 443 </dev/null")
     assert code == 0, f"TCP to kubernetes.default.svc:443 from a pod: {out}"
     # The Service's endpoint is the API server itself (its own reconciler keeps it).
     endpoints = kube.get("endpoints", "kubernetes", "default")

@@ -1,5 +1,6 @@
 """The real node's rendered configuration (``tools/real_node_config.py``): names, kubelet,
-containerd, CNI, CoreDNS, the metrics API and storage, without starting anything."""
+containerd, CNI, CoreDNS, the metrics API and storage; and which iptables rules ``down`` removes
+(``tools/node_host.py``). Nothing is started here."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from infra.config import parse_config
 from infra.render import stack_config
 from tools import cluster, real_node_config
+from tools.node_host import rules_into
 from tools.real_node_config import DNS_IP, NODE_IP, NODE_NAME, Names, Ports
 
 STATE = Path("/work/x/.tools/cluster")
@@ -25,14 +27,13 @@ PORTS = Ports(
 @pytest.mark.parametrize("root", ["/work/main", "/work/wt-node", "/a/very/long/checkout/path"])
 def test_names_fit_linux_limits_and_carry_tfd(root: str) -> None:
     names = Names.for_root(Path(root))
-    for name in (names.dummy, names.bridge):
-        assert name.startswith("tfd") and len(name) <= 15, f"{root}: interface name {name}"
+    assert names.bridge.startswith("tfd") and len(names.bridge) <= 15, f"{root}: {names.bridge}"
     assert names.cgroup.startswith("tfd-"), names.cgroup
 
 
 def test_checkouts_get_different_names() -> None:
     a, b = Names.for_root(Path("/work/main")), Names.for_root(Path("/work/wt-node"))
-    assert {a.dummy, a.bridge, a.cgroup}.isdisjoint({b.dummy, b.bridge, b.cgroup})
+    assert {a.bridge, a.cgroup}.isdisjoint({b.bridge, b.cgroup})
 
 
 def test_kubelet_runs_on_cgroup_v1_with_cluster_dns_and_its_own_cgroup_root() -> None:
@@ -118,3 +119,33 @@ def test_storage_volumes_are_local_to_the_node_and_readwritemany() -> None:
         assert "ReadWriteMany" in spec["accessModes"]
         [term] = spec["nodeAffinity"]["required"]["nodeSelectorTerms"]
         assert term["matchExpressions"][0]["values"] == [NODE_NAME]
+
+
+RULES = """-P INPUT ACCEPT
+-N KUBE-FIREWALL
+-N KUBE-KUBELET-CANARY
+-A INPUT -j KUBE-FIREWALL
+-A OUTPUT -m comment --comment "kube firewall" -j KUBE-FIREWALL
+-A FORWARD -s 10.0.0.0/8 -j ACCEPT
+-A FORWARD -m comment --comment "mentions KUBE-FIREWALL only in a comment" -j ACCEPT
+-A KUBE-FIREWALL -d 127.0.0.0/8 -j DROP
+-A INPUT -g KUBE-KUBELET-CANARY
+"""
+
+
+@pytest.mark.parametrize(
+    ("chains", "want"),
+    [
+        (
+            {"KUBE-FIREWALL"},
+            [
+                ["INPUT", "-j", "KUBE-FIREWALL"],
+                ["OUTPUT", "-m", "comment", "--comment", "kube firewall", "-j", "KUBE-FIREWALL"],
+            ],
+        ),
+        ({"KUBE-KUBELET-CANARY"}, [["INPUT", "-g", "KUBE-KUBELET-CANARY"]]),
+        ({"KUBE-NOTHING"}, []),
+    ],
+)
+def test_rules_into_added_chains_are_found_for_deletion(chains: set[str], want: list) -> None:
+    assert rules_into(RULES, chains) == want
