@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -76,6 +77,11 @@ CERTS = {
 }
 USERS = ("kubelet", "kube-proxy", "coredns", "metrics-server")
 ADDON_ACCOUNT = "tfd-node-addons"
+# containerd's images and snapshots, kept between clusters: importing the trainer image (2.4 GB)
+# takes minutes, a second import of the same build is skipped.
+CONTAINERD_ROOT = Path(
+    os.environ.get("TFD_CONTAINERD_DATA", Path.home() / ".cache" / "tf-distributed" / "containerd")
+)
 START_TIMEOUT_S = 120
 
 Start = Callable[..., int]
@@ -154,6 +160,17 @@ def _import_image(sock: Path, archive: bytes) -> None:
     )
 
 
+def remove_stale_containers(sock: Path) -> None:
+    """Containers a previous cluster left in the kept root (stopped, never running: ``down``
+    kills every process of the node) go before the kubelet starts, with their snapshots."""
+    ctr = ("ctr", "--address", str(sock), "-n", "k8s.io")
+    for task in node_host.run(*ctr, "tasks", "ls", "-q").split():
+        node_host.run(*ctr, "tasks", "delete", "-f", task, check=False)
+    ids = node_host.run(*ctr, "containers", "ls", "-q").split()
+    if ids:
+        node_host.run(*ctr, "containers", "rm", *ids, check=False)
+
+
 def import_images(sock: Path) -> None:
     """The sandbox image and the node's busybox image, built here (nothing can be pulled)."""
     _import_image(sock, node_images.oci_archive(node_images.pause_image(BIN / "pause")))
@@ -189,10 +206,11 @@ def node_up(
     )  # fmt: skip
     cd = state / "containerd"
     sock = cd / "containerd.sock"
-    (cd / "config.toml").write_text(containerd_config(state))
+    (cd / "config.toml").write_text(containerd_config(state, CONTAINERD_ROOT))
     (state / "cni" / "net.d" / "10-tfd.conflist").write_text(json.dumps(cni_config(NAMES, state)))
     start("containerd", ["containerd", "--config", str(cd / "config.toml")])
     wait("containerd", lambda: node_host.run("ctr", "--address", str(sock), "version"))
+    remove_stale_containers(sock)
     import_images(sock)
 
     kubelet_dir = state / "kubelet"
@@ -334,9 +352,10 @@ def host_down(state: Path) -> list[str]:
     node_host.kill_pids(leftover)
     if alive := node_host.wait_gone(leftover, 10):
         problems.append(f"processes still alive: {sorted(alive)}")
-    for point in node_host.mounts_under(state):
+    ours = [*node_host.mounts_under(state), *node_host.mounts_under(CONTAINERD_ROOT)]
+    for point in ours:
         node_host.run("umount", point, check=False)
-    for point in node_host.mounts_under(state):
+    for point in [*node_host.mounts_under(state), *node_host.mounts_under(CONTAINERD_ROOT)]:
         node_host.run("umount", "-l", point, check=False)
     problems += [f"cgroup not removed: {d}" for d in node_host.remove_cgroups(names)]
     node_host.network_down(names)

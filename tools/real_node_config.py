@@ -44,12 +44,13 @@ class Ports:
     metrics_server: int
 
 
-def containerd_config(state: Path) -> str:
-    """containerd 1.6's config (TOML v2): everything under ``state``, CRI with our pause image."""
+def containerd_config(state: Path, root: Path) -> str:
+    """containerd 1.6's config (TOML v2): images and snapshots in ``root`` (a cache kept between
+    clusters, like the Docker daemon's data root), everything else under ``state``."""
     cd = state / "containerd"
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
-root = "{cd / "root"}"
+root = "{root}"
 state = "{cd / "state"}"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]

@@ -43,12 +43,15 @@ def node_image(built: str, real_node: str) -> str:  # noqa: F811 - the fixture
     """The built trainer image, in the node's containerd under a tag naming the build."""
     reference = f"{REPOSITORY}:{built.removeprefix('sha256:')[:12]}"
     assert docker("tag", built, reference).returncode == 0
+    # containerd keeps its images between clusters: a tag naming the build is the same image.
+    if realnode.ctr("images", "ls", "-q", f"name==docker.io/library/{reference}").strip():
+        return reference
     started = time.monotonic()
     save = subprocess.Popen(["docker", "save", reference], stdout=subprocess.PIPE)
     assert save.stdout is not None
     result = subprocess.run(
         ["ctr", "--address", str(realnode.CONTAINERD), "-n", "k8s.io", "images", "import", "-"],
-        stdin=save.stdout, capture_output=True, timeout=900, check=False,
+        stdin=save.stdout, capture_output=True, timeout=1200, check=False,
     )  # fmt: skip
     assert save.wait() == 0 and result.returncode == 0, result.stderr.decode()[-2000:]
     log_figure("docker save | ctr import of the trainer image", time.monotonic() - started)

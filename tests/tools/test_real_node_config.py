@@ -56,10 +56,12 @@ def test_kubelet_runs_on_cgroup_v1_with_cluster_dns_and_its_own_cgroup_root() ->
     assert cfg["containerRuntimeEndpoint"].endswith("/containerd/containerd.sock")
 
 
-def test_containerd_config_keeps_everything_under_the_state_dir() -> None:
-    doc = tomllib.loads(real_node_config.containerd_config(STATE))
+def test_containerd_config_keeps_all_but_its_images_under_the_state_dir() -> None:
+    cache = Path("/root/.cache/tf-distributed/containerd")
+    doc = tomllib.loads(real_node_config.containerd_config(STATE, cache))
     assert doc["version"] == 2
-    for path in (doc["root"], doc["state"], doc["grpc"]["address"]):
+    assert doc["root"] == str(cache), "images and snapshots are kept between clusters"
+    for path in (doc["state"], doc["grpc"]["address"]):
         assert path.startswith(str(STATE)), path
     cri = doc["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["sandbox_image"] == "tfd.local/pause:1"
