@@ -237,8 +237,8 @@ build_pause() {
 # The real node's cluster add-ons (`make cluster-up NODE=real`).
 build_node_addons() {
   go_tool coredns "$COREDNS_VERSION" "github.com/coredns/coredns@v$COREDNS_VERSION"
-  go_tool kube-network-policies "$KUBE_NETWORK_POLICIES_VERSION" \
-    "sigs.k8s.io/kube-network-policies/cmd@v$KUBE_NETWORK_POLICIES_VERSION"
+  go_tool kube-router "$KUBE_ROUTER_VERSION" \
+    "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@v$KUBE_ROUTER_VERSION"
   go_tool metrics-server "$METRICS_SERVER_VERSION" \
     "sigs.k8s.io/metrics-server/cmd/metrics-server@v$METRICS_SERVER_VERSION"
 }
@@ -275,13 +275,15 @@ docker_from_debian() {
 
 node_from_debian() {
   # The real node's runtime (containerd, runc), CNI plugins, nft (kube-proxy's nftables mode),
-  # conntrack (kube-proxy clears stale UDP entries) and a static busybox for the node's images.
+  # conntrack (kube-proxy clears stale UDP entries), ipset (kube-router's policies) and a static
+  # busybox for the node's images.
   local missing=()
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
   [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
   command -v nft >/dev/null || missing+=(nftables)
   command -v conntrack >/dev/null || missing+=(conntrack)
+  command -v ipset >/dev/null || missing+=(ipset)
   dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
   if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

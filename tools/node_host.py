@@ -22,7 +22,7 @@ KERNEL_TUNABLES = (
 )  # fmt: skip
 IPTABLES = ("iptables", "ip6tables")
 IPTABLES_TABLES = ("filter", "nat", "mangle")
-NFT_TABLES = (("ip", "kube-proxy"), ("ip6", "kube-proxy"), ("inet", "kube-network-policies"))
+NFT_TABLES = (("ip", "kube-proxy"), ("ip6", "kube-proxy"))
 
 
 class NodeError(RuntimeError):
@@ -52,12 +52,17 @@ def read_tunables() -> dict[str, str]:
     return {t: Path("/proc/sys", t).read_text().strip() for t in KERNEL_TUNABLES}
 
 
+def ipsets() -> list[str]:
+    return sorted(run("ipset", "list", "-n", check=False).split())
+
+
 @dataclass(frozen=True)
 class HostBefore:
     """What the host looked like before ``up``: ``down`` restores it."""
 
     tunables: dict[str, str]
     chains: dict[str, list[str]]
+    sets: list[str]
 
 
 def cgroup_hierarchies() -> list[Path]:
@@ -169,10 +174,13 @@ def restore_host(before: HostBefore) -> None:
             run(cmd, "-t", table, "-F", chain, check=False)
         for chain in sorted(added):
             run(cmd, "-t", table, "-X", chain, check=False)
+    # The policy enforcer's ipsets, once no rule refers to them.
+    for name in sorted(set(ipsets()) - set(before.sets)):
+        run("ipset", "destroy", name, check=False)
 
 
 def save_before(path: Path) -> HostBefore:
-    before = HostBefore(tunables=read_tunables(), chains=iptables_chains())
+    before = HostBefore(tunables=read_tunables(), chains=iptables_chains(), sets=ipsets())
     path.write_text(json.dumps(asdict(before)))
     return before
 

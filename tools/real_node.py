@@ -7,7 +7,7 @@ Everything runs on this machine as processes the cluster records (and ``down`` s
 * the kubelet and kube-proxy (nftables mode) of the control plane's Kubernetes version;
 * CoreDNS on the NodeLocal DNSCache address (``169.254.20.10``) of the node's bridge, so the
   stacks' NetworkPolicy ``dns`` rule (``dnsEgressCidrs``) allows it as it does on GKE;
-* kube-network-policies, which enforces NetworkPolicy through nftables and NFQUEUE;
+* kube-router's firewall (iptables and ipsets), which enforces NetworkPolicy;
 * metrics-server behind an APIService, so ``kubectl top`` and the HPA have CPU metrics;
 * StorageClasses ``standard`` and ``standard-rwx`` with ``local`` volumes in the cluster's own
   directory (one node: ReadWriteMany is real).
@@ -36,6 +36,7 @@ from tools.real_node_config import (
     DNS_IP,
     NODE_IP,
     NODE_NAME,
+    SERVICE_CIDR,
     Names,
     Ports,
     cni_config,
@@ -65,6 +66,7 @@ CERTS = {
     "front-proxy-client": ("/CN=front-proxy-client", CLIENT),
     "coredns": ("/O=system:masters/CN=tfd-coredns", CLIENT),
     "metrics-server": ("/O=system:masters/CN=tfd-metrics-server", CLIENT),
+    "kube-router": ("/O=system:masters/CN=tfd-kube-router", CLIENT),
     "kubelet-serving": (
         f"/CN={NODE_NAME}",
         f"subjectAltName=IP:{NODE_IP},DNS:{NODE_NAME}\nextendedKeyUsage=serverAuth",
@@ -75,8 +77,7 @@ CERTS = {
         f"{NODE_IP}\nextendedKeyUsage=serverAuth",
     ),
 }
-USERS = ("kubelet", "kube-proxy", "coredns", "metrics-server")
-ADDON_ACCOUNT = "tfd-node-addons"
+USERS = ("kubelet", "kube-proxy", "coredns", "metrics-server", "kube-router")
 # containerd's images and snapshots, kept between clusters: importing the trainer image (2.4 GB)
 # takes minutes, a second import of the same build is skipped.
 CONTAINERD_ROOT = Path(
@@ -105,15 +106,15 @@ def preflight() -> None:
         "ctr": "containerd",
         "nft": "nftables",
         "ip": "iproute2",
+        "ipset": "ipset",
         "iptables-save": "iptables",
-        "unshare": "util-linux",
     }
     for tool, package in needs.items():
         if not shutil.which(tool):
             raise NodeError(f"{tool} missing: apt-get install {package} (or `make tools`)")
     if not Path("/usr/lib/cni/bridge").exists():
         raise NodeError("/usr/lib/cni/bridge missing: apt-get install containernetworking-plugins")
-    for tool in ("kubelet", "kube-proxy", "coredns", "kube-network-policies", "metrics-server"):
+    for tool in ("kubelet", "kube-proxy", "coredns", "kube-router", "metrics-server", "pause"):
         if not (BIN / tool).exists():
             raise NodeError(f"{BIN / tool} missing: run `make tools` first")
 
@@ -177,16 +178,6 @@ def import_images(sock: Path) -> None:
     _import_image(sock, node_images.oci_archive(node_images.busybox_image(Path("/bin/busybox"))))
 
 
-def _addon_token(kubectl: Kubectl) -> str:
-    """A service-account token for kube-network-policies, which only reads in-cluster config."""
-    kubectl("create", "serviceaccount", ADDON_ACCOUNT, "-n", "kube-system")
-    kubectl(
-        "create", "clusterrolebinding", ADDON_ACCOUNT, "--clusterrole=cluster-admin",
-        f"--serviceaccount=kube-system:{ADDON_ACCOUNT}",
-    )  # fmt: skip
-    return kubectl("create", "token", ADDON_ACCOUNT, "-n", "kube-system", "--duration=48h").strip()
-
-
 def node_up(
     state: Path,
     pki: Path,
@@ -197,12 +188,12 @@ def node_up(
     wait: Wait,
     tool: Callable[[str], str],
 ) -> None:
-    """containerd, kubelet, kube-proxy, CoreDNS, kube-network-policies and metrics-server, each
+    """containerd, kubelet, kube-proxy, CoreDNS, kube-router (policies) and metrics-server, each
     waited for before the next, until the node is Ready and the metrics API answers."""
     ports = Ports(
         api=api_port, kubelet=_free_port(), kubelet_healthz=_free_port(),
         proxy_metrics=_free_port(), proxy_healthz=_free_port(),
-        policies_metrics=_free_port(), metrics_server=_free_port(),
+        metrics_server=_free_port(),
     )  # fmt: skip
     cd = state / "containerd"
     sock = cd / "containerd.sock"
@@ -250,26 +241,17 @@ def node_up(
     (state / "node" / "Corefile").write_text(corefile(state / "coredns.kubeconfig", "tfd-e2e"))
     start("coredns", [tool("coredns"), "-conf", str(state / "node" / "Corefile")])
 
-    # kube-network-policies reads only in-cluster config (the service-account files at their
-    # fixed path): give it a private mount namespace whose /run holds them.
-    secrets = state / "node" / "kube-network-policies"
-    secrets.mkdir(exist_ok=True)
-    (secrets / "token").write_text(_addon_token(kubectl))
-    shutil.copy(pki / "ca.crt", secrets / "ca.crt")
-    script = (
-        "mount -t tmpfs tfd-knp /run && d=/run/secrets/kubernetes.io/serviceaccount && "
-        'mkdir -p "$d" && cp "$0/token" "$0/ca.crt" "$d/" && exec "$@"'
-    )
+    # NetworkPolicy: kube-router's firewall alone (iptables and ipsets). kube-network-policies
+    # needs nftables' `queue` expression, which this kernel lacks (docs/e2e.md).
     start(
-        "kube-network-policies",
+        "kube-router",
         [
-            "unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(secrets),
-            tool("kube-network-policies"), f"--hostname-override={NODE_NAME}",
-            f"--metrics-bind-address=127.0.0.1:{ports.policies_metrics}",
-            # NRI needs containerd 1.7+; pod IPs come from the API server instead.
-            "--disable-nri", "--v=1",
+            tool("kube-router"), f"--kubeconfig={state / 'kube-router.kubeconfig'}",
+            f"--hostname-override={NODE_NAME}", "--run-firewall=true", "--run-router=false",
+            "--run-service-proxy=false", "--run-loadbalancer=false", "--enable-cni=false",
+            "--enable-ipv6=false", "--health-port=0", "--metrics-port=0",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--v=1",
         ],
-        env={"KUBERNETES_SERVICE_HOST": NODE_IP, "KUBERNETES_SERVICE_PORT": str(api_port)},
     )  # fmt: skip
 
     ms = state / "metrics-server.kubeconfig"
@@ -283,7 +265,7 @@ def node_up(
             f"--tls-private-key-file={pki / 'metrics-server-serving.key'}",
             f"--kubelet-certificate-authority={pki / 'ca.crt'}",
             "--kubelet-preferred-address-types=InternalIP", "--kubelet-use-node-status-port",
-            "--metric-resolution=10s",
+            "--metric-resolution=15s",
         ],
     )  # fmt: skip
     ca_bundle = base64.b64encode((pki / "ca.crt").read_bytes()).decode()

@@ -15,6 +15,7 @@ DNS_IP = "169.254.20.10"
 POD_SUBNET = "10.244.0.0/24"
 POD_GATEWAY = "10.244.0.1"
 CLUSTER_DOMAIN = "cluster.local"
+SERVICE_CIDR = "10.96.0.0/16"  # tools/cluster.py's
 CNI_BIN = "/usr/lib/cni"
 NAMESPACE_K8S = "k8s.io"
 
@@ -40,7 +41,6 @@ class Ports:
     kubelet_healthz: int
     proxy_metrics: int
     proxy_healthz: int
-    policies_metrics: int
     metrics_server: int
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 from tests.e2e.harness import TOOLS, Kube
@@ -97,11 +96,10 @@ def exec_in(
     return result.returncode, result.stdout + result.stderr
 
 
-def timed_connect(kube: Kube, pod: str, namespace: str, host: str, port: int) -> tuple[int, float]:
-    """A TCP connect from ``pod`` to ``host:port`` with a 3 s limit: exit status and seconds."""
-    started = time.monotonic()
-    code, _ = exec_in(kube, pod, namespace, f"nc -w 3 {host} {port} </dev/null")
-    return code, time.monotonic() - started
+def connect(kube: Kube, pod: str, namespace: str, host: str, port: int) -> tuple[int, str]:
+    """A TCP connect from ``pod`` to ``host:port`` with a 3 s limit: exit status and output
+    (busybox ``nc``: "timed out" when dropped, "Connection refused" when rejected)."""
+    return exec_in(kube, pod, namespace, f"nc -w 3 {host} {port} </dev/null")
 
 
 def namespace(name: str, restricted: bool = True) -> dict:
@@ -128,3 +126,16 @@ def running_tasks(namespace: str) -> list[str]:
         if len(fields) >= 3:
             tasks[fields[0]] = fields[2]
     return [i for i in ids if tasks.get(i) == "RUNNING"]
+
+
+def image_named_for(image_id: str) -> str | None:
+    """A name under which the node's containerd holds the image whose config digest (Docker's
+    image ID) is ``image_id``; ``None`` when it holds no such image."""
+    for line in ctr("images", "ls").splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 3 or not fields[0].startswith("docker.io/"):
+            continue
+        manifest = json.loads(ctr("content", "get", fields[2]))
+        if manifest.get("config", {}).get("digest") == image_id:
+            return fields[0]
+    return None

@@ -20,7 +20,7 @@ STATE = Path("/work/x/.tools/cluster")
 PKI = STATE / "pki"
 PORTS = Ports(
     api=6443, kubelet=10250, kubelet_healthz=10248, proxy_metrics=10249, proxy_healthz=10256,
-    policies_metrics=9080, metrics_server=4443,
+    metrics_server=4443,
 )  # fmt: skip
 
 
@@ -151,3 +151,9 @@ RULES = """-P INPUT ACCEPT
 )
 def test_rules_into_added_chains_are_found_for_deletion(chains: set[str], want: list) -> None:
     assert rules_into(RULES, chains) == want
+
+
+def test_node_and_control_plane_agree_on_the_service_range() -> None:
+    assert real_node_config.SERVICE_CIDR == cluster.SERVICE_CIDR
+    first = next(ipaddress.ip_network(cluster.SERVICE_CIDR).hosts())
+    assert str(first) == "10.96.0.1", "the `kubernetes` Service's address the tests expect"
