@@ -92,8 +92,10 @@ def cgroup_pids(names: Names) -> set[int]:
 
 
 def remove_cgroups(names: Names) -> list[str]:
+    """Every cgroup under the node's root, in each v1 hierarchy and in the cgroup2 mount that
+    runc also writes to on this hybrid layout; the directories that could not be removed."""
     left = []
-    for h in cgroup_hierarchies():
+    for h in [*cgroup_hierarchies(), Path("/sys/fs/cgroup/unified")]:
         root = h / names.cgroup
         if not root.exists():
             continue

@@ -139,3 +139,21 @@ def image_named_for(image_id: str) -> str | None:
         if manifest.get("config", {}).get("digest") == image_id:
             return fields[0]
     return None
+
+
+def container_pid(namespace: str, pod: str) -> int:
+    """Host PID of the (one) running app container of ``pod`` (not its sandbox)."""
+    found = []
+    for cid in running_tasks(namespace):
+        labels = json.loads(ctr("containers", "info", cid))["Labels"]
+        if (
+            labels.get("io.kubernetes.pod.name") == pod
+            and labels.get("io.cri-containerd.kind") == "container"
+        ):
+            found.append(cid)
+    assert len(found) == 1, f"running app containers of {namespace}/{pod}: {found}"
+    for line in ctr("tasks", "ls").splitlines()[1:]:
+        fields = line.split()
+        if fields[0] == found[0]:
+            return int(fields[1])
+    raise AssertionError(f"no task for container {found[0]}")

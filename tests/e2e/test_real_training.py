@@ -80,6 +80,8 @@ def stack(new_project: Callable[..., Project], node_image: str) -> Project:
             "stepsPerEpoch": STEPS_PER_EPOCH,
             "batchSize": 32,
             "checkpointEvery": CHECKPOINT_EVERY,
+            # No HPA resize during this run (resizing on real CPU load is a scenario of its own).
+            "autoscalingMaxReplicas": 2,
             # Pods reach the API server at the `kubernetes` Service, translated to the node.
             "apiServerCidrs": ["10.96.0.1/32", f"{api.hostname}/32"],
             "apiServerPorts": [443, api.port],
@@ -165,18 +167,7 @@ def test_a_worker_killed_with_sigkill_resumes_from_its_checkpoint(
         lambda: metrics_of(kube, f"{STS}-1").get(contract.METRIC_CHECKPOINT_STEP, 0) > 0,
         300, 1,
     )  # fmt: skip
-    [container] = [
-        c for c in realnode.running_tasks(NS)
-        if json.loads(realnode.ctr("containers", "info", c))["Labels"].get(
-            "io.kubernetes.pod.name") == f"{STS}-1"
-        and json.loads(realnode.ctr("containers", "info", c))["Labels"].get(
-            "io.kubernetes.container.name") != "POD"
-    ]  # fmt: skip
-    pid = next(
-        int(line.split()[1])
-        for line in realnode.ctr("tasks", "ls").splitlines()[1:]
-        if line.split()[0] == container
-    )
+    pid = realnode.container_pid(NS, f"{STS}-1")
     os.kill(pid, 9)
     killed_at = time.monotonic()
 
