@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import KUBECONFIG, ROOT, TOOLS, Kube, Project
+from tools.real_node_config import NODE_NAME
 
 HERE = Path(__file__).resolve().parent
 
@@ -94,8 +95,6 @@ def rendered_resources(stack: str) -> list[dict]:
 @pytest.fixture(scope="session")
 def real_node(kube: Kube) -> str:
     """The cluster's real node (its name); skips when the cluster runs kwok's nodes only."""
-    from tools.real_node_config import NODE_NAME  # noqa: PLC0415 - e2e only
-
     node = kube.get("node", NODE_NAME)
     if node is None:
         pytest.skip(f"no real node {NODE_NAME}: `make cluster-up NODE=real` (make e2e starts one)")
