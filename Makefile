@@ -68,12 +68,14 @@ bench: $(VENV)/.installed
 tools:
 	tools/build-tools.sh
 
+# NODE=real: one real node (kubelet, containerd, CNI, DNS, policies, metrics) instead of kwok's.
+NODE ?= kwok
 cluster-up: $(VENV)/.installed tools
-	$(VENV)/bin/python tools/cluster.py up
+	$(VENV)/bin/python -m tools.cluster up --node $(NODE)
 
 cluster-down:
-	@if [ -x $(VENV)/bin/python ]; then $(VENV)/bin/python tools/cluster.py down; \
-	 else python3 tools/cluster.py down; fi
+	@if [ -x $(VENV)/bin/python ]; then $(VENV)/bin/python -m tools.cluster down; \
+	 else python3 -m tools.cluster down; fi
 
 e2e: $(VENV)/.installed $(POLICY_VENV)/.installed tools
 	tools/e2e.sh

@@ -130,28 +130,35 @@ build_pulumi_kubernetes() {
   link "$dir" pulumi-resource-kubernetes
 }
 
-build_kubernetes() {
-  local dir=$cache/kubernetes-$KUBERNETES_VERSION
-  local tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-  if ! cached "$dir" "${tools[@]}"; then
-    log "building kubernetes $KUBERNETES_VERSION (${tools[*]})"
+# k8s_wrapper DIR: a wrapper module in DIR requiring k8s.io/kubernetes at the pinned version.
+# k8s.io/kubernetes replaces every staging module with ./staging/...; the same modules are
+# published as k8s.io/<name> v0.<minor>.<patch>.
+k8s_wrapper() {
+  local gomod
+  gomod=$(go mod download -json "k8s.io/kubernetes@v$KUBERNETES_VERSION" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  {
+    printf 'module tfd.local/tools/kubernetes\n\ngo 1.24.0\n\nrequire k8s.io/kubernetes v%s\n\nreplace (\n' \
+      "$KUBERNETES_VERSION"
+    grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$gomod" \
+      | awk -v v="v0.${KUBERNETES_VERSION#1.}" '{printf "\t%s => %s %s\n", $1, $1, v}'
+    printf ')\n'
+  } >"$1/go.mod"
+}
+
+# k8s_build NAME TOOLS...: the Kubernetes commands TOOLS into $cache/NAME-<version>/bin.
+k8s_build() {
+  local name=$1; shift
+  local dir=$cache/$name-$KUBERNETES_VERSION
+  if ! cached "$dir" "$@"; then
+    log "building $name $KUBERNETES_VERSION ($*)"
+    local start=$SECONDS
     rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+    k8s_wrapper "$dir"
     local minor=${KUBERNETES_VERSION#1.}
     minor=${minor%%.*}
-    local gomod
-    gomod=$(go mod download -json "k8s.io/kubernetes@v$KUBERNETES_VERSION" \
-      | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
-    # k8s.io/kubernetes replaces every staging module with ./staging/...; the same modules are
-    # published as k8s.io/<name> v0.<minor>.<patch>.
-    {
-      printf 'module tfd.local/tools/kubernetes\n\ngo 1.24.0\n\nrequire k8s.io/kubernetes v%s\n\nreplace (\n' \
-        "$KUBERNETES_VERSION"
-      grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$gomod" \
-        | awk -v v="v0.${KUBERNETES_VERSION#1.}" '{printf "\t%s => %s %s\n", $1, $1, v}'
-      printf ')\n'
-    } >go.mod
     local t pkgs=()
-    for t in "${tools[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$t@v$KUBERNETES_VERSION"); done
+    for t in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$t@v$KUBERNETES_VERSION"); done
     go get -tool "${pkgs[@]}"
     local v=v$KUBERNETES_VERSION
     # Upstream's build tags and version stamps (kubectl version and the apiserver's /version).
@@ -160,8 +167,19 @@ build_kubernetes() {
         -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
         -X k8s.io/client-go/pkg/version.gitVersion=$v" \
       "${pkgs[@]/%@$v/}"
+    log "built $name $KUBERNETES_VERSION in $((SECONDS - start)) s"
   fi
-  link "$dir" "${tools[@]}"
+  link "$dir" "$@"
+}
+
+build_kubernetes() {
+  k8s_build kubernetes kube-apiserver kube-controller-manager kube-scheduler kubectl
+}
+
+# The real node's Kubernetes parts: the same wrapper module, a cache directory of their own (so
+# adding them never rebuilds or removes the control plane's binaries).
+build_kubernetes_node() {
+  k8s_build kubernetes-node kubelet kube-proxy
 }
 
 build_kwok() {
@@ -185,6 +203,44 @@ build_kwok() {
   fi
   link "$dir" kwok
   ln -sfn "$dir/stages.yaml" "$root/.tools/kwok-stages.yaml"
+}
+
+# go_tool NAME VERSION PACKAGE@VERSION: a module without replace directives, built through a
+# wrapper module (`go get -tool`, so its go.mod's requirements decide every dependency).
+go_tool() {
+  local name=$1 version=$2 pkg=$3
+  local dir=$cache/$name-$version
+  if ! cached "$dir" "$name"; then
+    log "building $name $version"
+    local start=$SECONDS
+    rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+    printf 'module tfd.local/tools/%s\n\ngo 1.24\n' "$name" >go.mod
+    go get -tool "$pkg"
+    go build -trimpath -ldflags "-s -w" -o "bin/$name" "${pkg%@*}"
+    log "built $name $version in $((SECONDS - start)) s"
+  fi
+  link "$dir" "$name"
+}
+
+# The pod sandbox image's one binary (tools/pause), keyed by its source: static, no cgo.
+build_pause() {
+  local dir
+  dir=$cache/pause-$(cat "$root/tools/pause/main.go" "$root/tools/pause/go.mod" | sha256sum | cut -c1-12)
+  if ! cached "$dir" pause; then
+    log "building pause"
+    rm -rf "$dir" && mkdir -p "$dir/bin"
+    (cd "$root/tools/pause" && go build -trimpath -ldflags "-s -w" -o "$dir/bin/pause" .)
+  fi
+  link "$dir" pause
+}
+
+# The real node's cluster add-ons (`make cluster-up NODE=real`).
+build_node_addons() {
+  go_tool coredns "$COREDNS_VERSION" "github.com/coredns/coredns@v$COREDNS_VERSION"
+  go_tool kube-router "$KUBE_ROUTER_VERSION" \
+    "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@v$KUBE_ROUTER_VERSION"
+  go_tool metrics-server "$METRICS_SERVER_VERSION" \
+    "sigs.k8s.io/metrics-server/cmd/metrics-server@v$METRICS_SERVER_VERSION"
 }
 
 etcd_from_debian() {
@@ -217,6 +273,31 @@ docker_from_debian() {
   fi
 }
 
+node_from_debian() {
+  # The real node's runtime (containerd, runc), CNI plugins, nft (kube-proxy's nftables mode),
+  # conntrack (kube-proxy clears stale UDP entries), ipset (kube-router's policies) and a static
+  # busybox for the node's images.
+  local missing=()
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+  command -v nft >/dev/null || missing+=(nftables)
+  command -v conntrack >/dev/null || missing+=(conntrack)
+  command -v ipset >/dev/null || missing+=(ipset)
+  dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+  if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      log "installing Debian's ${missing[*]}"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null
+    else
+      echo "the real node needs: apt-get install ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+}
+
 register_plugins() {
   # The engine must never try to download a plugin: register the built provider offline in the
   # Pulumi home the e2e tests use.
@@ -236,7 +317,11 @@ build_pulumi_language_python
 build_pulumi_kubernetes
 build_kubernetes
 build_kwok
+build_kubernetes_node
+build_node_addons
+build_pause
 etcd_from_debian
 docker_from_debian
+node_from_debian
 register_plugins
 log "ready in $(($(date +%s) - start)) s: $(ls "$bin" | tr '\n' ' ')"

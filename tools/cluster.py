@@ -33,6 +33,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as `python tools/cluster.py`: make `tools` importable
+    sys.path.insert(0, str(ROOT))
+
+from tools import real_node  # noqa: E402
+
 TOOLS = ROOT / ".tools"
 BIN = TOOLS / "bin"
 STATE = TOOLS / "cluster"
@@ -70,7 +75,9 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def _make_pki(pki: Path) -> None:
+def _make_pki(
+    pki: Path, extra_sans: Sequence[str] = (), extra_certs: dict[str, tuple[str, str]] | None = None
+) -> None:
     """A throw-away CA, the apiserver's serving cert, client certs and the SA signing key."""
     pki.mkdir(parents=True)
     _openssl(
@@ -81,13 +88,14 @@ def _make_pki(pki: Path) -> None:
         "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
         "DNS:kubernetes.default.svc.cluster.local"
-    )
+    ) + "".join(f",{san}" for san in extra_sans)
     certs = {
         "apiserver": ("/CN=kube-apiserver", sans + "\nextendedKeyUsage=serverAuth"),
         "admin": ("/O=system:masters/CN=tfd-e2e-admin", "extendedKeyUsage=clientAuth"),
         "controller-manager": ("/CN=system:kube-controller-manager", "extendedKeyUsage=clientAuth"),
         "scheduler": ("/CN=system:kube-scheduler", "extendedKeyUsage=clientAuth"),
         "kwok": ("/O=system:masters/CN=kwok-controller", "extendedKeyUsage=clientAuth"),
+        **(extra_certs or {}),
     }
     for name, (subject, ext) in certs.items():
         (pki / f"{name}.ext").write_text(ext + "\n")
@@ -231,17 +239,31 @@ def _storage() -> list[dict]:
     return docs
 
 
-def up() -> None:
-    """Start a fresh cluster (stopping a previous one first) and wait until it is usable."""
+def up(node: str = "kwok") -> None:
+    """Start a fresh cluster (stopping a previous one first) and wait until it is usable.
+
+    ``node`` is ``kwok`` (two simulated nodes) or ``real`` (one real node: ``tools/node.py``).
+    """
     down(quiet=True)
+    real = node == "real"
     logs = STATE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     pki = STATE / "pki"
-    _make_pki(pki)
+    if real:
+        real_node.preflight()
+        _make_pki(pki, real_node.API_SANS, real_node.CERTS)
+        address = real_node.NODE_IP
+    else:
+        _make_pki(pki)
+        address = "127.0.0.1"
     etcd_port, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
     cm_port, sched_port, kwok_port = _free_port(), _free_port(), _free_port()
-    server = f"https://127.0.0.1:{api_port}"
-    for user in ("admin", "controller-manager", "scheduler", "kwok"):
+    server = f"https://{address}:{api_port}"
+    users = ("admin", "controller-manager", "scheduler", "kwok")
+    if real:
+        users += real_node.USERS
+        real_node.host_up(STATE)
+    for user in users:
         (STATE / f"{user}.kubeconfig").write_text(kubeconfig_text(server, pki, user))
     shutil.copy(STATE / "admin.kubeconfig", KUBECONFIG)
     KUBECONFIG.chmod(0o600)
@@ -259,14 +281,21 @@ def up() -> None:
         ],
         logs,
     )  # fmt: skip
+    if real:
+        # The node's address: pods reach the API server there (the `kubernetes` Service's
+        # endpoint, kept by the apiserver's own reconciler), and the node's kubelet is
+        # authorised by the Node authorizer.
+        node_flags = real_node.apiserver_flags(pki)
+    else:
+        # Loopback endpoints are invalid for the `kubernetes` Service: no reconciler.
+        node_flags = ["--endpoint-reconciler-type=none", "--authorization-mode=RBAC"]
     _start(
         "kube-apiserver",
         [
             _tool("kube-apiserver"), f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--bind-address={address}", f"--advertise-address={address}",
             f"--secure-port={api_port}",
-            # Loopback endpoints are invalid for the `kubernetes` Service: no reconciler.
-            "--endpoint-reconciler-type=none",
+            *node_flags,
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--client-ca-file={pki / 'ca.crt'}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -274,7 +303,6 @@ def up() -> None:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--authorization-mode=RBAC",
             "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=false",
             "--profiling=false",
@@ -310,6 +338,21 @@ def up() -> None:
         ],
         logs,
     )  # fmt: skip
+    if real:
+        real_node.node_up(
+            STATE, pki, api_port, start=lambda n, a, env=None: _start(n, a, logs, env),
+            kubectl=_kubectl, wait=_wait, tool=_tool,
+        )  # fmt: skip
+        docs = real_node.volumes(STATE, STORAGE_CLASSES, VOLUMES_PER_CLASS)
+        _kubectl(
+            "create",
+            "-f",
+            "-",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}),
+        )
+        _wait("default service account", lambda: _kubectl("get", "sa", "default", check=False))
+        print(f"cluster up (real node {real_node.NODE_NAME}): {server} (kubeconfig {KUBECONFIG})")
+        return
     _start(
         "kwok",
         [
@@ -371,22 +414,32 @@ def _alive(pid: int) -> bool:
 
 
 def down(quiet: bool = False) -> None:
-    """Stop the processes ``up`` started (in reverse order) and delete the cluster's data."""
+    """Stop the processes ``up`` started (in reverse order) and delete the cluster's data.
+
+    With a real node, its pods are stopped through the kubelet first, and whatever the node
+    changed on the host is put back afterwards (``tools/real_node.py``)."""
     pids = _pids()
-    for pid, _name in reversed(pids):
+    real = real_node.was_up(STATE)
+    if real and pids and KUBECONFIG.exists():
+        real_node.drain(_kubectl, quiet=quiet)
+    # One at a time, last started first: the API server, for one, deregisters itself from
+    # etcd on the way out, so etcd must still run then.
+    for pid, name in reversed(pids):
         # Each process leads its own session: signal its whole group, nothing else.
         try:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             continue
-    deadline = time.monotonic() + 15
-    for pid, name in reversed(pids):
+        deadline = time.monotonic() + 15
         while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.1)
         if _alive(pid):
             os.killpg(pid, signal.SIGKILL)
             if not quiet:
                 print(f"{name} ({pid}) ignored SIGTERM: killed", file=sys.stderr)
+    if real:
+        for problem in real_node.host_down(STATE):
+            print(f"cluster down: {problem}", file=sys.stderr)
     for path in ("pids", "etcd", "pki"):
         target = STATE / path
         if target.is_dir():
@@ -403,10 +456,16 @@ def down(quiet: bool = False) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down"))
+    parser.add_argument(
+        "--node",
+        choices=("kwok", "real"),
+        default="kwok",
+        help="kwok: two simulated nodes (default); real: one node that runs containers",
+    )
     args = parser.parse_args(argv)
     try:
-        up() if args.command == "up" else down()
-    except (ClusterError, subprocess.CalledProcessError) as exc:
+        up(args.node) if args.command == "up" else down()
+    except (ClusterError, real_node.NodeError, subprocess.CalledProcessError) as exc:
         print(f"cluster {args.command}: {exc}", file=sys.stderr)
         if args.command == "up":
             down(quiet=True)

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import KUBECONFIG, ROOT, TOOLS, Kube, Project
+from tools.real_node_config import NODE_NAME
 
 HERE = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under ``tests/e2e`` is marked ``e2e``: ``make test`` deselects it, ``make e2e``
-    runs only it."""
+    runs only it (the ``real_node`` tests on a cluster with a real node, the rest on kwok's)."""
     for item in items:
         if item.path.is_relative_to(HERE):
             item.add_marker(pytest.mark.e2e)
@@ -89,3 +90,14 @@ def rendered_resources(stack: str) -> list[dict]:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="session")
+def real_node(kube: Kube) -> str:
+    """The cluster's real node (its name); skips when the cluster runs kwok's nodes only."""
+    node = kube.get("node", NODE_NAME)
+    if node is None:
+        pytest.skip(f"no real node {NODE_NAME}: `make cluster-up NODE=real` (make e2e starts one)")
+    ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready and ready[0]["status"] == "True", f"node {NODE_NAME} not Ready: {ready}"
+    return NODE_NAME

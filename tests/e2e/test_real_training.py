@@ -1,0 +1,206 @@
+"""The product on a real node: ``pulumi up`` of a dev-like stack, two workers that find each
+other by their stable DNS names and train to ``DONE``, a worker killed with SIGKILL that
+resumes, the NetworkPolicy enforced, ``/metrics`` through the Service, ``pulumi destroy``.
+
+The tests run in file order on one stack (each step needs the one before); the image is the
+repository's Dockerfile built by ``docker build`` and imported into the node's containerd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from tests.e2e import realnode
+from tests.e2e.harness import KUBECONFIG, Kube, Project
+from tests.e2e.test_image import REPOSITORY, built, docker  # noqa: F401 - fixture
+from trainer import contract
+
+pytestmark = pytest.mark.real_node
+NS = "tfd-real"
+STS = "tfd-worker"
+SERVICE = "tfd-workers"
+EPOCHS, STEPS_PER_EPOCH, CHECKPOINT_EVERY = 3, 100, 25
+TOTAL_STEPS = EPOCHS * STEPS_PER_EPOCH
+FIGURES: dict[str, float] = {}
+
+
+def log_figure(name: str, seconds: float) -> None:
+    FIGURES[name] = round(seconds, 1)
+    print(f"[real-node figure] {name}: {seconds:.1f} s")
+
+
+@pytest.fixture(scope="module")
+def node_image(built: str, real_node: str) -> str:  # noqa: F811 - the fixture
+    """The built trainer image, in the node's containerd under a tag naming the build."""
+    reference = f"{REPOSITORY}:{built.removeprefix('sha256:')[:12]}"
+    assert docker("tag", built, reference).returncode == 0
+    # containerd keeps its images between clusters: the same build is only tagged.
+    held = realnode.image_named_for(built)
+    if held is not None:
+        if held != f"docker.io/library/{reference}":
+            realnode.ctr("images", "tag", "--force", held, f"docker.io/library/{reference}")
+        return reference
+    started = time.monotonic()
+    save = subprocess.Popen(["docker", "save", reference], stdout=subprocess.PIPE)
+    assert save.stdout is not None
+    result = subprocess.run(
+        ["ctr", "--address", str(realnode.CONTAINERD), "-n", "k8s.io", "images", "import", "-"],
+        stdin=save.stdout, capture_output=True, timeout=1200, check=False,
+    )  # fmt: skip
+    assert save.wait() == 0 and result.returncode == 0, result.stderr.decode()[-2000:]
+    log_figure("docker save | ctr import of the trainer image", time.monotonic() - started)
+    return reference
+
+
+@pytest.fixture(scope="module")
+def stack(new_project: Callable[..., Project], node_image: str) -> Project:
+    api = urlparse(json.loads(KUBECONFIG.read_text())["clusters"][0]["cluster"]["server"])
+    project = new_project("real", stack_file="e2e")
+    project.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
+    project.set_many(
+        {
+            "namespace": NS,
+            "imageReference": node_image,
+            "checkpointRetention": "Delete",
+            # Two workers on a 2-core machine.
+            "cpuRequest": "250m",
+            "cpuLimit": "1",
+            "memoryRequest": "512Mi",
+            "memoryLimit": "2Gi",
+            "epochs": EPOCHS,
+            "stepsPerEpoch": STEPS_PER_EPOCH,
+            "batchSize": 32,
+            "checkpointEvery": CHECKPOINT_EVERY,
+            # No HPA resize during this run (resizing on real CPU load is a scenario of its own).
+            "autoscalingMaxReplicas": 2,
+            # Pods reach the API server at the `kubernetes` Service, translated to the node.
+            "apiServerCidrs": ["10.96.0.1/32", f"{api.hostname}/32"],
+            "apiServerPorts": [443, api.port],
+        }
+    )
+    return project
+
+
+def metrics_of(kube: Kube, pod: str) -> dict[str, float]:
+    """``/metrics`` of ``pod`` through the API server's proxy to the pod."""
+    text = kube.run(
+        "get", "--raw", f"/api/v1/namespaces/{NS}/pods/{pod}:{contract.DEFAULT_METRICS_PORT}"
+        "/proxy/metrics", check=False,
+    )  # fmt: skip
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-z_]+)(?:\{[^}]*\})? ([0-9.eE+-]+|NaN)$", line)
+        if m:
+            out.setdefault(m.group(1), float(m.group(2)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def deployed(stack: Project, kube: Kube) -> dict:
+    started = time.monotonic()
+    stack.up()
+    log_figure("pulumi up", time.monotonic() - started)
+
+    def first_step() -> bool:
+        return metrics_of(kube, f"{STS}-0").get(contract.METRIC_STEP, 0) >= 1
+
+    kube.wait_for("worker 0 at step 1", first_step, 600, 2)
+    log_figure("pulumi up start to the first step", time.monotonic() - started)
+    return {"started": started}
+
+
+def test_two_workers_run_on_the_node_and_train(deployed: dict, kube: Kube, real_node: str) -> None:
+    pods = kube.items("pods", NS, f"app.kubernetes.io/name={STS}") or kube.items("pods", NS)
+    workers = sorted(p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(STS))
+    assert workers == [f"{STS}-0", f"{STS}-1"], workers
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == real_node
+        assert pod["status"]["phase"] == "Running", pod["status"]
+
+
+def test_workers_reach_each_other_by_stable_names_and_others_are_denied(
+    deployed: dict, kube: Kube
+) -> None:
+    peer = f"{STS}-1.{SERVICE}.{NS}.svc.cluster.local"
+    code, out = realnode.exec_in(
+        kube, f"{STS}-0", NS,
+        "python3 -c \"import socket,sys; s=socket.create_connection((sys.argv[1], "
+        f"{contract.DEFAULT_GRPC_PORT}), 5); print('connected', s.getpeername())\" {peer}",
+    )  # fmt: skip
+    assert code == 0 and "connected" in out, f"worker 0 -> {peer}: {out}"
+    # A pod without the workers' labels, in the workers' namespace: gRPC and metrics dropped.
+    realnode.apply(kube, realnode.busybox_pod("intruder", NS, "sleep 3600"))
+    realnode.running(kube, "intruder", NS)
+    code, out = realnode.exec_in(kube, "intruder", NS, f"nslookup {peer}")
+    assert code == 0, f"DNS from a pod of the namespace: {out}"
+    for port in (contract.DEFAULT_GRPC_PORT, contract.DEFAULT_METRICS_PORT):
+        code, out = realnode.connect(kube, "intruder", NS, peer, port)
+        assert code != 0 and ("refused" in out or "timed out" in out), f"intruder -> {port}: {out}"
+    kube.run("delete", "pod", "intruder", "-n", NS, "--grace-period=1")
+
+
+def test_metrics_through_the_service_carry_the_documented_series(
+    deployed: dict, kube: Kube
+) -> None:
+    text = kube.run(
+        "get", "--raw",
+        f"/api/v1/namespaces/{NS}/services/{SERVICE}:{contract.METRICS_PORT_NAME}/proxy/metrics",
+    )  # fmt: skip
+    missing = [name for name in contract.METRIC_NAMES if name not in text]
+    assert not missing, f"series missing from /metrics through the Service: {missing}"
+
+
+def test_a_worker_killed_with_sigkill_resumes_from_its_checkpoint(
+    deployed: dict, kube: Kube
+) -> None:
+    kube.wait_for(
+        "a first checkpoint",
+        lambda: metrics_of(kube, f"{STS}-1").get(contract.METRIC_CHECKPOINT_STEP, 0) > 0,
+        300, 1,
+    )  # fmt: skip
+    pid = realnode.container_pid(NS, f"{STS}-1")
+    os.kill(pid, 9)
+    killed_at = time.monotonic()
+
+    def resumed() -> float | None:
+        m = metrics_of(kube, f"{STS}-1")
+        return (
+            m.get(contract.METRIC_RESUMES_TOTAL) if m.get(contract.METRIC_RESUMES_TOTAL) else None
+        )
+
+    kube.wait_for("worker 1 resumed from a checkpoint", resumed, 300, 2)
+    log_figure("kill -9 of worker 1 to its resume", time.monotonic() - killed_at)
+    pod = kube.get("pod", f"{STS}-1", NS)
+    assert pod["status"]["containerStatuses"][0]["restartCount"] >= 1, pod["status"]
+
+
+def test_training_finishes_with_done_and_summary_on_the_volume(deployed: dict, kube: Kube) -> None:
+    [claim] = [c["metadata"]["name"] for c in kube.items("persistentvolumeclaim", NS)]
+    volume = realnode.volume_dir(kube, NS, claim)
+
+    def done() -> Path | None:
+        return next(volume.rglob(contract.DONE_MARKER), None)
+
+    marker = kube.wait_for(f"{contract.DONE_MARKER} on {volume}", done, 900, 2)
+    log_figure("pulumi up start to DONE", time.monotonic() - deployed["started"])
+    summary = json.loads((marker.parent / "summary.json").read_text())
+    assert summary["workers"] == 2 and summary["final_step"] == TOTAL_STEPS, summary
+    assert summary["accuracy"] >= 0.9, summary
+
+
+def test_destroy_leaves_nothing_running(stack: Project, kube: Kube, deployed: dict) -> None:
+    started = time.monotonic()
+    stack.destroy()
+    kube.wait_for("namespace deleted", lambda: kube.get("namespace", NS) is None, 180)
+    kube.wait_for("no container of the stack runs", lambda: not realnode.running_tasks(NS), 60)
+    log_figure("pulumi destroy to nothing running", time.monotonic() - started)
+    print(f"[real-node figures] {json.dumps(FIGURES)}")

@@ -1,0 +1,3 @@
+module tfd.local/tools/pause
+
+go 1.24
