@@ -1,0 +1,220 @@
+"""The run's lifecycle with real pods: a rollout mid-run restarts every worker once and training
+resumes; an HPA resize restarts the trainer inside its container (no container restart, so no
+CrashLoopBackOff) and the run finishes at the new world size; the finished run scales itself to
+zero, `pulumi preview` shows no changes and the HPA leaves it there; a new run id trains from
+step 0 in its own directory.
+
+The tests run in file order on one stack (each step needs the one before).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from urllib.parse import urlparse
+
+import pytest
+
+from tests.e2e import realnode
+from tests.e2e.harness import KUBECONFIG, Kube, Project
+from tests.e2e.test_image import built, docker  # noqa: F401 - fixtures and helper
+from tests.e2e.test_real_training import log_figure, node_image  # noqa: F401 - fixture
+from trainer import contract
+
+pytestmark = pytest.mark.real_node
+NS = "tfd-cycle"
+STS = "tfd-worker"
+STEPS_PER_EPOCH, CHECKPOINT_EVERY = 100, 20
+EPOCHS = 12
+"""Long enough for a rollout and an HPA resize to happen mid-run on two busy cores."""
+NEW_RUN_EPOCHS = 1
+HPA_WINDOW_S = 60
+"""autoscalingScaleUpWindowSeconds, its minimum: the resize happens a minute after the target."""
+
+
+@pytest.fixture(scope="module")
+def stack(new_project: Callable[..., Project], node_image: str) -> Project:  # noqa: F811
+    api = urlparse(json.loads(KUBECONFIG.read_text())["clusters"][0]["cluster"]["server"])
+    project = new_project("cycle", stack_file="e2e")
+    project.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
+    project.set_many(
+        {
+            "namespace": NS,
+            "imageReference": node_image,
+            "checkpointRetention": "Delete",
+            "cpuRequest": "250m",
+            "cpuLimit": "1",
+            "memoryRequest": "512Mi",
+            "memoryLimit": "2Gi",
+            "epochs": EPOCHS,
+            "stepsPerEpoch": STEPS_PER_EPOCH,
+            "batchSize": 32,
+            "checkpointEvery": CHECKPOINT_EVERY,
+            "autoscalingMinReplicas": 2,
+            "autoscalingMaxReplicas": 3,
+            # No resize until the resize test lowers the target: a worker at its 1-CPU limit is
+            # exactly at 100 % of it (the HPA tolerates 10 %).
+            "autoscalingCpuLimitUtilization": 100,
+            "autoscalingScaleUpWindowSeconds": HPA_WINDOW_S,
+            "apiServerCidrs": ["10.96.0.1/32", f"{api.hostname}/32"],
+            "apiServerPorts": [443, api.port],
+        }
+    )
+    return project
+
+
+def metrics_of(kube: Kube, pod: str) -> dict[str, float]:
+    text = kube.run(
+        "get", "--raw",
+        f"/api/v1/namespaces/{NS}/pods/{pod}:{contract.DEFAULT_METRICS_PORT}/proxy/metrics",
+        check=False,
+    )  # fmt: skip
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if not line.startswith("#") and value:
+            try:
+                out.setdefault(name.split("{", 1)[0], float(value))
+            except ValueError:
+                continue
+    return out
+
+
+def workers(kube: Kube) -> dict[str, dict]:
+    return {
+        p["metadata"]["name"]: p
+        for p in kube.items("pods", NS)
+        if p["metadata"]["name"].startswith(f"{STS}-")
+    }
+
+
+def restarts_and_waits(kube: Kube) -> dict[str, tuple[int, str]]:
+    """Per pod: the container's restart count and why it waits, if it does."""
+    out = {}
+    for name, pod in workers(kube).items():
+        (status,) = pod["status"].get("containerStatuses") or [{}]
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        out[name] = (status.get("restartCount", 0), waiting.get("reason", ""))
+    return out
+
+
+@pytest.fixture(scope="module")
+def training(stack: Project, kube: Kube) -> dict:
+    started = time.monotonic()
+    stack.up()
+    kube.wait_for(
+        "both workers past their first checkpoint",
+        lambda: all(
+            metrics_of(kube, f"{STS}-{i}").get(contract.METRIC_CHECKPOINT_STEP, 0) > 0
+            for i in (0, 1)
+        ),
+        600, 2,
+    )  # fmt: skip
+    log_figure("lifecycle stack: pulumi up to the first checkpoint", time.monotonic() - started)
+    return {"started": started}
+
+
+def test_a_rollout_restarts_every_worker_once_and_resumes(
+    training: dict,
+    stack: Project,
+    kube: Kube,
+    node_image: str,  # noqa: F811
+) -> None:
+    before = {n: p["metadata"]["uid"] for n, p in workers(kube).items()}
+    assert sorted(before) == [f"{STS}-0", f"{STS}-1"], before
+    # A new tag of the same image: a new pod template, as a rebuilt image would make.
+    rolled = f"{node_image}-rollout"
+    realnode.ctr("images", "tag", "--force", f"docker.io/library/{node_image}",
+                 f"docker.io/library/{rolled}")  # fmt: skip
+    stack.set("imageReference", rolled)
+    started = time.monotonic()
+    stack.up()
+    revision = kube.get("statefulset.apps", STS, NS)["status"]["updateRevision"]
+
+    def replaced_and_resumed() -> bool:
+        now = workers(kube)
+        return (
+            sorted(now) == sorted(before)
+            and all(p["metadata"]["uid"] != before[n] for n, p in now.items())
+            and all(
+                p["metadata"]["labels"]["controller-revision-hash"] == revision
+                for p in now.values()
+            )
+            and metrics_of(kube, f"{STS}-0").get(contract.METRIC_RESUMES_TOTAL, 0) >= 1
+        )
+
+    kube.wait_for("both workers replaced and training resumed", replaced_and_resumed, 600, 2)
+    log_figure("rollout: pulumi up to training resumed on the new pods", time.monotonic() - started)
+    images = {p["spec"]["containers"][0]["image"] for p in workers(kube).values()}
+    assert images == {rolled}, images
+    assert all(r == (0, "") for r in restarts_and_waits(kube).values()), restarts_and_waits(kube)
+
+
+def test_an_hpa_resize_restarts_the_trainer_in_place(
+    training: dict, stack: Project, kube: Kube
+) -> None:
+    before = {n: p["metadata"]["uid"] for n, p in workers(kube).items()}
+    stack.set("autoscalingCpuLimitUtilization", 1)
+    started = time.monotonic()
+    stack.up()
+    kube.wait_for(
+        "the HPA scaled the workers to 3",
+        lambda: kube.get("statefulset.apps", STS, NS)["spec"]["replicas"] == 3,
+        HPA_WINDOW_S + 240, 2,
+    )  # fmt: skip
+    log_figure("resize: target lowered to the HPA's scale-up", time.monotonic() - started)
+
+    def three_training() -> bool:
+        return all(
+            metrics_of(kube, f"{STS}-{i}").get(contract.METRIC_WORLD_SIZE, 0) == 3 for i in range(3)
+        )
+
+    kube.wait_for("three workers training together", three_training, 600, 2)
+    log_figure("resize: scale-up to three workers training", time.monotonic() - started)
+    now = workers(kube)
+    for name, uid in before.items():
+        assert now[name]["metadata"]["uid"] == uid, f"{name} was recreated by the resize"
+    waits = restarts_and_waits(kube)
+    assert all(r == (0, "") for r in waits.values()), f"container restarts/back-off: {waits}"
+    restarted = metrics_of(kube, f"{STS}-0").get(contract.METRIC_SUPERVISOR_RESTARTS, 0)
+    assert restarted >= 1, "the supervisor did not restart the trainer for the new world size"
+
+
+def test_the_finished_run_frees_its_pods_and_stays_without_diff(
+    training: dict, stack: Project, kube: Kube
+) -> None:
+    claim = kube.items("persistentvolumeclaim", NS)[0]["metadata"]["name"]
+    run_dir = realnode.volume_dir(kube, NS, claim) / "tfd" / "1"
+    kube.wait_for(f"DONE in {run_dir}", lambda: (run_dir / contract.DONE_MARKER).exists(), 1200, 2)
+    done_at = time.monotonic()
+    log_figure("lifecycle stack: pulumi up to DONE", done_at - training["started"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["workers"] == 3, summary
+    assert summary["final_step"] == EPOCHS * STEPS_PER_EPOCH, summary
+    kube.wait_for("no worker pod left", lambda: not workers(kube), 300, 2)
+    kube.wait_for("no container of the stack runs", lambda: not realnode.running_tasks(NS), 120)
+    log_figure("DONE to every worker pod gone", time.monotonic() - done_at)
+    assert kube.get("statefulset.apps", STS, NS)["spec"]["replicas"] == 0
+    stack.preview(expect_no_changes=True)
+    time.sleep(30)  # six HPA syncs
+    assert kube.get("statefulset.apps", STS, NS)["spec"]["replicas"] == 0, "the HPA revived it"
+
+
+def test_a_new_run_id_trains_from_step_zero_in_its_own_directory(
+    training: dict, stack: Project, kube: Kube
+) -> None:
+    stack.set_many({"runId": "2", "epochs": NEW_RUN_EPOCHS, "autoscalingCpuLimitUtilization": 100})
+    claim = kube.items("persistentvolumeclaim", NS)[0]["metadata"]["name"]
+    run_dir = realnode.volume_dir(kube, NS, claim) / "tfd" / "2"
+    assert not run_dir.exists(), f"{run_dir} exists before the run"
+    started = time.monotonic()
+    stack.up()
+    kube.wait_for(f"DONE in {run_dir}", lambda: (run_dir / contract.DONE_MARKER).exists(), 900, 2)
+    log_figure("new run: pulumi up to DONE", time.monotonic() - started)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["final_step"] == NEW_RUN_EPOCHS * STEPS_PER_EPOCH, summary
+    # Run 1 ended at step EPOCHS x STEPS_PER_EPOCH: this one started from nothing.
+    assert summary["run_id"] == "2", summary
+    kube.wait_for("no worker pod left", lambda: not workers(kube), 300, 2)
+    stack.destroy()
