@@ -22,7 +22,8 @@ from tests.e2e.test_image import built, docker  # noqa: F401 - fixtures and help
 from tests.e2e.test_real_training import log_figure, node_image  # noqa: F401 - fixture
 from trainer import contract
 
-pytestmark = pytest.mark.real_node
+# One long run through every phase; each test waits for its phase (default limit: 300 s).
+pytestmark = [pytest.mark.real_node, pytest.mark.timeout(1500)]
 NS = "tfd-cycle"
 STS = "tfd-worker"
 STEPS_PER_EPOCH, CHECKPOINT_EVERY = 100, 20
