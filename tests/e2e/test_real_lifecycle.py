@@ -1,8 +1,9 @@
 """The run's lifecycle with real pods: a rollout mid-run restarts every worker once and training
-resumes; an HPA resize restarts the trainer inside its container (no container restart, so no
-CrashLoopBackOff) and the run finishes at the new world size; the finished run scales itself to
-zero, `pulumi preview` shows no changes and the HPA leaves it there; a new run id trains from
-step 0 in its own directory.
+resumes; a deleted pod comes back and the others resume in place, while an eviction (a drain)
+is refused by the PodDisruptionBudget; an HPA resize restarts the trainer inside its container
+(no container restart, so no CrashLoopBackOff) and the run finishes at the new world size; the
+finished run scales itself to zero, `pulumi preview` shows no changes and the HPA leaves it
+there; a new run id trains from step 0 in its own directory.
 
 The tests run in file order on one stack (each step needs the one before).
 """
@@ -152,10 +153,41 @@ def test_a_rollout_restarts_every_worker_once_and_resumes(
     assert all(r == (0, "") for r in restarts_and_waits(kube).values()), restarts_and_waits(kube)
 
 
+def test_a_deleted_pod_comes_back_and_an_eviction_is_refused(training: dict, kube: Kube) -> None:
+    chief = f"{STS}-0"
+    restarts = metrics_of(kube, chief).get(contract.METRIC_SUPERVISOR_RESTARTS, 0)
+    # A drain evicts: the PodDisruptionBudget (maxUnavailable 0) refuses while the job runs.
+    refused = kube.run(
+        "create", "--raw", f"/api/v1/namespaces/{NS}/pods/{STS}-1/eviction", "-f", "-",
+        stdin=json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
+                          "metadata": {"name": f"{STS}-1", "namespace": NS}}),
+        check=False,
+    )  # fmt: skip
+    assert "disruption budget" in refused, refused
+    uid = kube.get("pod", f"{STS}-1", NS)["metadata"]["uid"]
+    started = time.monotonic()
+    kube.run("delete", "pod", f"{STS}-1", "-n", NS, "--wait=false")
+
+    def back_and_training() -> bool:
+        pod = kube.get("pod", f"{STS}-1", NS)
+        return (
+            pod is not None
+            and pod["metadata"]["uid"] != uid
+            and metrics_of(kube, chief).get(contract.METRIC_SUPERVISOR_RESTARTS, 0) > restarts
+            and metrics_of(kube, f"{STS}-1").get(contract.METRIC_RESUMES_TOTAL, 0) >= 1
+        )
+
+    kube.wait_for("worker 1 recreated and both resumed", back_and_training, 600, 2)
+    log_figure("pod deletion to both workers resumed", time.monotonic() - started)
+    waits = restarts_and_waits(kube)
+    assert waits[chief] == (0, ""), f"the chief's container restarted: {waits}"
+
+
 def test_an_hpa_resize_restarts_the_trainer_in_place(
     training: dict, stack: Project, kube: Kube
 ) -> None:
     before = {n: p["metadata"]["uid"] for n, p in workers(kube).items()}
+    restarts = metrics_of(kube, f"{STS}-0").get(contract.METRIC_SUPERVISOR_RESTARTS, 0)
     stack.set("autoscalingCpuLimitUtilization", 1)
     started = time.monotonic()
     stack.up()
@@ -179,7 +211,7 @@ def test_an_hpa_resize_restarts_the_trainer_in_place(
     waits = restarts_and_waits(kube)
     assert all(r == (0, "") for r in waits.values()), f"container restarts/back-off: {waits}"
     restarted = metrics_of(kube, f"{STS}-0").get(contract.METRIC_SUPERVISOR_RESTARTS, 0)
-    assert restarted >= 1, "the supervisor did not restart the trainer for the new world size"
+    assert restarted > restarts, "the supervisor did not restart the trainer for the new size"
 
 
 def test_the_finished_run_frees_its_pods_and_stays_without_diff(
