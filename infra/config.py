@@ -26,6 +26,7 @@ import pulumi
 import yaml
 
 from trainer import contract
+from trainer.config import PRECISIONS
 
 PROJECT = "tf-distributed"
 """Pulumi project name; project config keys are ``tf-distributed:<key>``."""
@@ -217,6 +218,7 @@ class TrainingConfig:
         collective: ``auto``, ``ring`` or ``nccl`` (``nccl`` needs GPUs).
         collective_timeout_seconds: 0-86399 s, 0 = off (dead peers found by the heartbeat).
         heartbeat_timeout_seconds: 1-86399 s.
+        precision: ``auto``, ``fp32``, ``bf16`` or ``fp16`` (``fp16`` needs GPUs).
     """
 
     dataset: str
@@ -227,6 +229,7 @@ class TrainingConfig:
     collective: str
     collective_timeout_seconds: int
     heartbeat_timeout_seconds: int
+    precision: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -697,6 +700,9 @@ def parse_config(
         r.fail("collective", "'nccl' needs gpusPerWorker >= 1", collective)
     collective_timeout = r.integer("collectiveTimeoutSeconds", 0, 86_399)
     heartbeat_timeout = r.integer("heartbeatTimeoutSeconds", 1, 86_399)
+    precision = r.choice("precision", PRECISIONS)
+    if precision == "fp16" and gpus == 0:
+        r.fail("precision", "'fp16' needs gpusPerWorker >= 1 (CPUs only emulate it)", precision)
     if collective_timeout >= grace:
         r.fail(
             "terminationGracePeriodSeconds",
@@ -819,6 +825,7 @@ def parse_config(
             collective=collective,
             collective_timeout_seconds=collective_timeout,
             heartbeat_timeout_seconds=heartbeat_timeout,
+            precision=precision,
         ),
         autoscaling=AutoscalingConfig(
             enabled=hpa_on,

@@ -67,6 +67,8 @@ def trainer_args(cfg: StackConfig) -> list[str]:
         str(t.collective_timeout_seconds),
         "--heartbeat-timeout",
         str(t.heartbeat_timeout_seconds),
+        "--precision",
+        t.precision,
     ]
 
 

@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ON_DONE = ("idle", "exit")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+"""``--precision``; see :mod:`trainer.precision` for what each needs and how ``auto`` resolves."""
+STRATEGIES = ("auto", "multi-worker")
+"""``--strategy``: ``auto`` follows the pod's shape (trainer.placement); ``multi-worker`` uses
+MultiWorkerMirroredStrategy even for one worker (to measure its cost against the default)."""
 LR_SCALING = ("none", "linear")
 """``--learning-rate-scaling``: ``none`` uses ``--learning-rate`` whatever the global batch;
 ``linear`` multiplies it by the number of replicas (the linear scaling rule, Goyal et al. 2017)."""
@@ -44,6 +49,11 @@ class Config:
     intra_op_threads: int = 0
     cpu_devices: int = 1
     replicas_poll: float = 30.0
+    precision: str = "auto"
+    allow_emulated_precision: bool = False
+    jit: bool = False
+    strategy: str = "auto"
+    input_only: bool = False
 
     def learning_rate_for(self, replicas: int) -> float:
         """The optimizer's learning rate with ``replicas`` replicas (``--batch-size`` each)."""

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
-from trainer import checkpoints, contract, k8s, placement, runtime
+from trainer import checkpoints, contract, k8s, placement, precision, runtime
 from trainer.checkpoints import (
     GLOBAL_BATCH_KEY,
     checkpoint_root,
@@ -93,6 +93,11 @@ def run(config: Config, env: Mapping[str, str]) -> int:
     MetricsServer(metrics, contract.metrics_port(env)).start()
     stop = StopSignal()
     stop.install()
+    if config.input_only:
+        from trainer import input_only
+
+        input_only.run(config, spec, root, log)
+        return EXIT_OK
 
     if done_exists(root):
         log.event("done", reason="DONE marker present; not training", checkpoint_dir=root)
@@ -136,6 +141,7 @@ class Worker:
         self.world_changed = threading.Event()
         self.evaluate: Callable[[], tuple[float, float]] | None = None
         self.summaries = Summaries("")
+        self.precision = ""
 
     # --- set-up -----------------------------------------------------------------------------
     def _strategy(self) -> Any:
@@ -157,6 +163,12 @@ class Worker:
         t_launch = time.time()
         # Before anything that runs a TensorFlow op (data loading, the user's model module).
         runtime.configure(cfg)
+        # The Keras policy must be set before the model (and a --model module's layers) exist.
+        prec = precision.apply_policy(
+            precision.resolve(cfg.precision, precision.detect(), cfg.allow_emulated_precision)
+        )
+        self.precision = prec.name
+        self.log.event("precision", precision=prec.name, jit=cfg.jit, reason=prec.resolved.reason)
         self.log.event("forming", workers=n, task_index=self.spec.task_index)
         strategy = self._strategy()
         # The coordination service installs its own C++ SIGTERM handler (TensorFlow's preemption
@@ -198,6 +210,8 @@ class Worker:
             net = model.build(cfg.model, source.input_shape, num_classes)
             optimizer = tf_keras.optimizers.Adam(cfg.learning_rate_for(replicas))
             optimizer.build(net.trainable_variables)
+            # fp16: a LossScaleOptimizer around it; the checkpoint keeps the inner one.
+            prec.wrap(optimizer)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             # The step counts global batches: a restart with another world size converts it.
             batch_var = tf.Variable(
@@ -244,15 +258,22 @@ class Worker:
             evaluator = Evaluator(strategy, net, loss_fn, eval_source, global_batch)
             self.evaluate = lambda: self._evaluate(evaluator, last_eval)
 
-        def step_fn(x: tf.Tensor, y: tf.Tensor) -> None:
+        def forward_backward(x: tf.Tensor, y: tf.Tensor) -> tuple[Any, Any, Any]:
             with tf.GradientTape() as tape:
-                logits = net(x, training=True)
+                logits = precision.float32_logits(net(x, training=True))
                 per_example = loss_fn(y, logits)
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
                 if net.losses:
                     loss += tf.nn.scale_regularization_loss(tf.add_n(net.losses))
-            grads = tape.gradient(loss, net.trainable_variables)
-            optimizer.apply_gradients(zip(grads, net.trainable_variables, strict=True))
+                loss = prec.scale(loss)  # fp16: times the loss scale
+            return logits, per_example, prec.gradients(tape, loss, net.trainable_variables)
+
+        if cfg.jit:  # XLA for the compute only: the optimizer's all-reduce stays outside
+            forward_backward = tf.function(forward_backward, jit_compile=True)
+
+        def step_fn(x: tf.Tensor, y: tf.Tensor) -> None:
+            logits, per_example, grads = forward_backward(x, y)
+            prec.apply(grads, net.trainable_variables)
             hits = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32))
             sums.assign_add(
                 tf.stack(
@@ -291,6 +312,7 @@ class Worker:
             steps_per_epoch=spe,
             global_batch=global_batch,
             dataset=source.name,
+            precision=prec.name,
             startup_s=round(time.time() - t_launch, 3),
         )
         step, rate = self._loop(
@@ -524,6 +546,8 @@ class Worker:
                 "num_classes": int(net.output_shape[-1]),
                 "weights_sha256": digest,
                 "model": model_path,
+                "precision": self.precision,
+                "jit": self.config.jit,
             }
             write_text(join(self.root, SUMMARY_FILE), json.dumps(summary) + "\n")
             write_text(join(self.root, contract.DONE_MARKER), f"{step}\n")
