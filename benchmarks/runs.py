@@ -60,7 +60,7 @@ class BenchConfig:
     matmul_repeats: int = 5
     pairs: int = 10
     """Rounds of paired runs (each round runs every configuration once)."""
-    extra_pairs: int = 3
+    extra_pairs: int = 2
     """Rounds (the first ones) that also run ``--jit`` and 2 workers: rows without a target,
     each about as slow as two other runs here."""
     input_only_runs: int = 3

@@ -303,8 +303,13 @@ def _hardware() -> dict[str, Any]:
     }
 
 
-def run(cfg: BenchConfig, dead_peer_runs: bool = True) -> dict[str, Any]:
-    """Every measurement: roofline first (quietest), then the rounds, input-only, dead peer."""
+def run(
+    cfg: BenchConfig, dead_peer_runs: bool = True, partial: Callable[[dict], None] | None = None
+) -> dict[str, Any]:
+    """Every measurement: roofline first (quietest), then the rounds, input-only, dead peer.
+
+    ``partial`` gets the figures so far after every round (the full run is long: a run that
+    is stopped keeps its finished rounds)."""
     import tensorflow as tf
 
     t_start = time.time()
@@ -334,8 +339,11 @@ def run(cfg: BenchConfig, dead_peer_runs: bool = True) -> dict[str, Any]:
                 done[name] = result
                 all_runs.append({"round": i, "position": pos, "variant": name, **result})
         results.append(done)
-    figures["runs"] = all_runs
-    figures["rows"] = [row_figures(row, results) for row in ROWS]
+        figures["runs"] = all_runs
+        figures["rows"] = [row_figures(row, results) for row in ROWS]
+        figures["rounds_done"] = i + 1
+        if partial is not None:
+            partial(figures)
     inputs = [
         r
         for k in range(cfg.input_only_runs)
@@ -463,12 +471,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"--pairs: must be >= 1; got {args.pairs}", file=sys.stderr)
             return 2
         cfg = BenchConfig(**{**asdict(cfg), "pairs": args.pairs})
-    figures = run(cfg, dead_peer_runs=not args.no_dead_peer)
+    path = Path(args.json) if args.json else None
+
+    def write(figures: dict[str, Any]) -> None:
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(figures, indent=2) + "\n")
+
+    figures = run(cfg, dead_peer_runs=not args.no_dead_peer, partial=write)
     print(report(figures))
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(figures, indent=2) + "\n")
+    write(figures)
+    if path is not None:
         print(f"figures written to {path}")
     return 1 if figures["errors"] else 0
 

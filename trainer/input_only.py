@@ -75,12 +75,16 @@ def run(config: Config, spec: contract.ClusterSpec, root: str, log: Log) -> dict
             after_first += k
         else:
             t_first = time.perf_counter()
-    elapsed = time.perf_counter() - t_first
-    rate = after_first * config.batch_size / elapsed if after_first and elapsed > 0 else 0.0
+    t_end = time.perf_counter()
+    # The first call (tracing, the pipeline's start) is excluded unless it was the only one.
+    steady = after_first > 0
+    counted, elapsed = (after_first, t_end - t_first) if steady else (step, t_end - t0)
+    rate = counted * config.batch_size / max(elapsed, 1e-9)
     result = {
         "steps": step,
         "batch_size": config.batch_size,
-        "examples_per_sec": round(rate, 1),  # this worker's, first call excluded
+        "examples_per_sec": round(rate, 1),  # this worker's
+        "first_call_included": not steady,
         "first_call_s": round(t_first - t0, 3),
         "dataset": source.name,
     }
