@@ -8,6 +8,11 @@ example is read exactly once per epoch. Each worker's pipeline yields one per-re
 local replica and step. The stream of batches is a pure function of (seed, epoch, step), which
 lets a resumed worker start exactly at the restored step.
 
+Speed: in-memory data is served by index (each epoch shuffles the shard's indices and gathers a
+batch at a time, no per-example work in tf.data); a TFRecord shard that fits in
+:data:`_CACHE_BYTES` is parsed once (in parallel) into memory and then served the same way; a
+larger one is streamed every epoch. Order is kept deterministic so resuming stays exact.
+
 TFRecord format: ``tf.train.Example`` with ``x`` (float_list, 784 values = 28x28x1, or
 ``x_shape`` int64_list giving another shape) and ``y`` (int64 label, 0 to classes - 1).
 """

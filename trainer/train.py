@@ -163,13 +163,13 @@ class Worker:
         t_launch = time.time()
         # Before anything that runs a TensorFlow op (data loading, the user's model module).
         runtime.configure(cfg)
+        self.log.event("forming", workers=n, task_index=self.spec.task_index)
         # The Keras policy must be set before the model (and a --model module's layers) exist.
         prec = precision.apply_policy(
             precision.resolve(cfg.precision, precision.detect(), cfg.allow_emulated_precision)
         )
         self.precision = prec.name
         self.log.event("precision", precision=prec.name, jit=cfg.jit, reason=prec.resolved.reason)
-        self.log.event("forming", workers=n, task_index=self.spec.task_index)
         strategy = self._strategy()
         # The coordination service installs its own C++ SIGTERM handler (TensorFlow's preemption
         # notifier), which would swallow the signal: take SIGTERM back, and pick up a SIGTERM
