@@ -24,9 +24,10 @@ Variables stay float32 under every policy, so a checkpoint restores into any pre
 logits and the loss are computed in float32 (:func:`float32_logits`). fp16 wraps the optimizer
 in tf-keras' ``LossScaleOptimizer`` (dynamic loss scale): the loss is scaled before the
 gradient, the gradients unscaled after, and a step whose gradients are not finite is skipped
-(the scale halves). The optimizer the checkpoint tracks is always the inner one
-(:attr:`Precision.base_optimizer`), so checkpoints of every precision share one layout; the
-loss scale itself is not checkpointed and restarts at its initial value after a resume.
+(the scale halves). Checkpoints restore across precisions: the checkpoint tracks the inner
+optimizer (:attr:`Precision.base_optimizer`), and the trainer wraps it only after the restore,
+because tf-keras hangs the loss-scale state under the inner optimizer (a checkpoint of another
+precision lacks it). A resumed fp16 run therefore starts again at the initial loss scale.
 
 Imports no TensorFlow at module level.
 """
@@ -163,7 +164,7 @@ class Precision:
 
     def wrap(self, optimizer: Any) -> Any:
         """The optimizer to step with: ``optimizer``, or fp16's ``LossScaleOptimizer`` around
-        it. Call under the strategy scope; the checkpoint tracks :attr:`base_optimizer`."""
+        it. Call under the strategy scope, after restoring a checkpoint into ``optimizer``."""
         import tf_keras
 
         self.base_optimizer = optimizer

@@ -210,8 +210,6 @@ class Worker:
             net = model.build(cfg.model, source.input_shape, num_classes)
             optimizer = tf_keras.optimizers.Adam(cfg.learning_rate_for(replicas))
             optimizer.build(net.trainable_variables)
-            # fp16: a LossScaleOptimizer around it; the checkpoint keeps the inner one.
-            prec.wrap(optimizer)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             # The step counts global batches: a restart with another world size converts it.
             batch_var = tf.Variable(
@@ -237,6 +235,10 @@ class Worker:
         }
         ckpt = tf.train.Checkpoint(**tracked, **{GLOBAL_BATCH_KEY: batch_var})
         start = self._restore(tracked, step_var, batch_var, total)
+        with strategy.scope():
+            # fp16: the LossScaleOptimizer comes after the restore. Its loss-scale state hangs
+            # under the inner optimizer, so a checkpoint of another precision would lack it.
+            prec.wrap(optimizer)
         manager, temp_dir = self._manager(ckpt)
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
