@@ -9,6 +9,7 @@ CHECKOV_VENV := .venv-checkov
 POLICY_VENV := .venv-policy
 WORKERS ?= 2
 ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: run test lint render bench clean promtool tools cluster-up cluster-down e2e
 
@@ -61,8 +62,9 @@ render: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.render --stack dev --out out/dev
 	$(VENV)/bin/python -m infra.render --stack prod --out out/prod
 
+# BENCH_ARGS: e.g. --quick (1 round, development) or --json benchmarks/results/DATE.json
 bench: $(VENV)/.installed
-	$(VENV)/bin/python -m benchmarks.throughput
+	$(VENV)/bin/python -m benchmarks.throughput $(BENCH_ARGS)
 
 # The e2e toolchain (pinned in tools/versions.env), cached by version outside the clone.
 tools:

@@ -1,4 +1,4 @@
-"""Roofline figures: the model's FLOPs per example and this machine's fp32 matmul peak.
+"""Roofline figures: the model's FLOPs per example and this machine's matmul peaks.
 
 Two independent FLOP counts of a model's forward pass: TensorFlow's profiler on the frozen
 forward graph (what the kernels are asked to do) and an analytic count from the layer shapes
@@ -88,8 +88,10 @@ def profiled_forward_flops(model: Any, input_shape: tuple[int, ...]) -> int:
     return int(profile.total_float_ops)
 
 
-def matmul_peak_gflops(n: int = 2048, chain: int = 4, repeats: int = 7) -> float:
-    """Best fp32 matmul throughput of this machine through TensorFlow, in GFLOP/s.
+def matmul_peak_gflops(
+    n: int = 2048, chain: int = 4, repeats: int = 7, dtype: str = "float32"
+) -> float:
+    """Best matmul throughput of this machine through TensorFlow, in GFLOP/s.
 
     Args:
         n: square matrix size (default 2048: large enough to be compute-bound on a CPU).
@@ -97,6 +99,7 @@ def matmul_peak_gflops(n: int = 2048, chain: int = 4, repeats: int = 7) -> float
             call overhead is amortised.
         repeats: timed calls after one warm-up call (default 7); the fastest one counts, the
             usual estimate of a peak on a shared machine.
+        dtype: ``float32`` or ``bfloat16`` (the compute type of ``--precision bf16``).
     """
     import tensorflow as tf
 
@@ -105,14 +108,14 @@ def matmul_peak_gflops(n: int = 2048, chain: int = 4, repeats: int = 7) -> float
             f"matmul_peak_gflops: n, chain, repeats must be >= 1; got {n}, {chain}, {repeats}"
         )
     # 1/sqrt(n) keeps the chained products' magnitude stable (no inf/denormal slow paths).
-    a = tf.random.stateless_normal([n, n], seed=[1, 2], stddev=1.0 / math.sqrt(n))
-    b = tf.random.stateless_normal([n, n], seed=[3, 4])
+    a = tf.cast(tf.random.stateless_normal([n, n], seed=[1, 2], stddev=1.0 / math.sqrt(n)), dtype)
+    b = tf.cast(tf.random.stateless_normal([n, n], seed=[3, 4]), dtype)
 
     @tf.function
     def chained(x: tf.Tensor) -> tf.Tensor:
         for _ in range(chain):
             x = tf.matmul(a, x)
-        return tf.reduce_sum(x)
+        return tf.reduce_sum(tf.cast(x, tf.float32))
 
     chained(b).numpy()
     best = math.inf

@@ -28,6 +28,7 @@ import pulumi
 import yaml
 
 from trainer import contract
+from trainer.config import PRECISIONS
 
 PROJECT = "tf-distributed"
 """Pulumi project name; project config keys are ``tf-distributed:<key>``."""
@@ -238,6 +239,7 @@ class TrainingConfig:
         run_id: identity of the run (its checkpoint directory and ``DONE``); a new one is a
             new run from step 0.
         on_done: ``scale-to-zero`` or ``idle`` (``--on-done``).
+        precision: ``auto``, ``fp32``, ``bf16`` or ``fp16`` (``fp16`` needs GPUs).
     """
 
     dataset: str
@@ -250,6 +252,7 @@ class TrainingConfig:
     heartbeat_timeout_seconds: int
     run_id: str = "1"
     on_done: str = "scale-to-zero"
+    precision: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -754,6 +757,9 @@ def parse_config(
         r.fail("collective", "'nccl' needs gpusPerWorker >= 1", collective)
     collective_timeout = r.integer("collectiveTimeoutSeconds", 0, 86_399)
     heartbeat_timeout = r.integer("heartbeatTimeoutSeconds", 1, 86_399)
+    precision = r.choice("precision", PRECISIONS)
+    if precision == "fp16" and gpus == 0:
+        r.fail("precision", "'fp16' needs gpusPerWorker >= 1 (CPUs only emulate it)", precision)
     if collective_timeout >= grace:
         r.fail(
             "terminationGracePeriodSeconds",
@@ -884,6 +890,7 @@ def parse_config(
             heartbeat_timeout_seconds=heartbeat_timeout,
             run_id=run_id,
             on_done=on_done,
+            precision=precision,
         ),
         autoscaling=AutoscalingConfig(
             enabled=hpa_on,

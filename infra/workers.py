@@ -98,6 +98,8 @@ def trainer_args(cfg: StackConfig) -> list[str]:
         str(t.heartbeat_timeout_seconds),
         "--on-done",
         t.on_done,
+        "--precision",
+        t.precision,
     ]
 
 

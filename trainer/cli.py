@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from trainer.config import LR_SCALING, ON_DONE, Config
+from trainer.config import LR_SCALING, ON_DONE, PRECISIONS, STRATEGIES, Config
 from trainer.contract import COLLECTIVES
 from trainer.errors import EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, TrainerError
 
@@ -220,6 +220,39 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
         default=Config.replicas_poll,
         help="seconds between the chief's reads of its StatefulSet (world size, rollouts) "
         "whenever Kubernetes API access is configured (default 30)",
+    )
+    add(
+        "--precision",
+        choices=PRECISIONS,
+        default=Config.precision,
+        help="compute precision: 'auto' (default) = bf16 where the hardware has it natively "
+        "(GPUs of compute capability >= 8.0, CPUs with AVX512-BF16/AMX), else fp32; 'fp16' "
+        "adds dynamic loss scaling. Variables stay float32: checkpoints restore across changes",
+    )
+    add(
+        "--allow-emulated-precision",
+        action="store_true",
+        help="run --precision bf16/fp16 even where the hardware only emulates it (slower than "
+        "fp32; for tests and comparisons)",
+    )
+    add(
+        "--jit",
+        action="store_true",
+        help="compile each step's forward and backward pass with XLA (off by default: slower "
+        "than TensorFlow's kernels on CPU, see docs/benchmarks.md)",
+    )
+    add(
+        "--strategy",
+        choices=STRATEGIES,
+        default=Config.strategy,
+        help="'auto' (default): from the pod's shape; 'multi-worker': MultiWorkerMirroredStrategy "
+        "even with one worker (measures its cost)",
+    )
+    add(
+        "--input-only",
+        action="store_true",
+        help="iterate this worker's input pipeline for the run's steps without the model, log "
+        "its examples/s (event 'input_only') and exit: shows whether training is input-bound",
     )
     return p
 

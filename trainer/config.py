@@ -12,6 +12,11 @@ from dataclasses import dataclass
 from trainer.contract import ON_DONE_MODES
 
 ON_DONE = ON_DONE_MODES
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+"""``--precision``; see :mod:`trainer.precision` for what each needs and how ``auto`` resolves."""
+STRATEGIES = ("auto", "multi-worker")
+"""``--strategy``: ``auto`` follows the pod's shape (trainer.placement); ``multi-worker`` uses
+MultiWorkerMirroredStrategy even for one worker (to measure its cost against the default)."""
 LR_SCALING = ("linear", "none")
 """``--learning-rate-scaling``: ``linear`` (default) multiplies ``--learning-rate`` by the number
 of replicas, so the rate is proportional to the global batch (the linear scaling rule, Goyal et
@@ -47,6 +52,11 @@ class Config:
     intra_op_threads: int = 0
     cpu_devices: int = 1
     replicas_poll: float = 30.0
+    precision: str = "auto"
+    allow_emulated_precision: bool = False
+    jit: bool = False
+    strategy: str = "auto"
+    input_only: bool = False
 
     def learning_rate_for(self, replicas: int) -> float:
         """The optimizer's learning rate with ``replicas`` replicas (``--batch-size`` each)."""

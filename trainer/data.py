@@ -8,6 +8,11 @@ example is read exactly once per epoch. Each worker's pipeline yields one per-re
 local replica and step. The stream of batches is a pure function of (seed, epoch, step), which
 lets a resumed worker start exactly at the restored step.
 
+Speed: in-memory data is served by index (each epoch shuffles the shard's indices and gathers a
+batch at a time, no per-example work in tf.data); a TFRecord shard that fits in
+:data:`_CACHE_BYTES` is parsed once (in parallel) into memory and then served the same way; a
+larger one is streamed every epoch. Order is kept deterministic so resuming stays exact.
+
 TFRecord format: ``tf.train.Example`` with ``x`` (float_list, 784 values = 28x28x1, or
 ``x_shape`` int64_list giving another shape) and ``y`` (int64 label, 0 to classes - 1).
 """
@@ -28,6 +33,9 @@ MNIST = "mnist"
 NUM_CLASSES_DEFAULT = 10
 _IMAGE_SHAPE = (28, 28, 1)
 _SHUFFLE_BUFFER = 10_000
+_CACHE_BYTES = 1 << 30
+"""Parsed TFRecord shards up to this size (estimated from the counted records and the example
+shape) are cached in memory after the first epoch: later epochs skip reading and parsing."""
 _TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
 
 
@@ -310,26 +318,19 @@ def worker_dataset(
     ``start_step % steps_per_epoch`` steps of the start epoch are skipped, so a resumed run sees
     what an uninterrupted one would at the same world size and batch.
     """
-    files = source.files
-    base = _records(source).shard(num_workers, worker_index)
-    if files:
-        base = base.map(_parse_example, num_parallel_calls=tf.data.AUTOTUNE)
-    per_worker = source.num_examples // num_workers
-    buffer = min(_SHUFFLE_BUFFER, per_worker) if per_worker > 0 else _SHUFFLE_BUFFER
     per_epoch = steps_per_epoch * replicas_per_worker
+    if source.files:
+        epoch_batches = _record_batches(source, num_workers, worker_index, batch_size, seed)
+    else:
+        epoch_batches = _array_batches(source, num_workers, worker_index, batch_size, seed)
 
-    def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
-        return (
-            base.shuffle(buffer, seed=tf.cast(seed, tf.int64) + epoch)
-            .repeat()
-            .batch(batch_size, drop_remainder=True)
-            .take(per_epoch)
-        )
+    def take_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
+        return epoch_batches(epoch).take(per_epoch)
 
     start_epoch = start_step // steps_per_epoch
     ds = (
         tf.data.Dataset.range(start_epoch, epochs)
-        .flat_map(epoch_batches)
+        .flat_map(take_epoch)
         .skip((start_step % steps_per_epoch) * replicas_per_worker)
         .prefetch(tf.data.AUTOTUNE)
     )
@@ -337,3 +338,58 @@ def worker_dataset(
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     options.deterministic = True
     return ds.with_options(options)
+
+
+def _array_batches(
+    source: Source, num_workers: int, worker_index: int, batch_size: int, seed: int
+) -> Any:
+    """In-memory data: each epoch shuffles this worker's example *indices* (the whole shard)
+    and gathers a batch at a time, so no per-example work runs in the pipeline."""
+    assert source.x is not None and source.y is not None
+    x, y = tf.constant(source.x), tf.constant(source.y)
+    shard = tf.data.Dataset.range(worker_index, source.num_examples, num_workers)
+    size = max(1, len(range(worker_index, source.num_examples, num_workers)))
+
+    def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+        return (
+            shard.shuffle(size, seed=tf.cast(seed, tf.int64) + epoch)
+            .repeat()
+            .batch(batch_size, drop_remainder=True)
+            .map(lambda i: (tf.gather(x, i), tf.gather(y, i)))
+        )
+
+    return epoch_batches
+
+
+def _record_batches(
+    source: Source, num_workers: int, worker_index: int, batch_size: int, seed: int
+) -> Any:
+    """TFRecords: this worker's records parsed in parallel. A shard known to fit in memory
+    (:data:`_CACHE_BYTES`, from the counted records and the example shape) is read once into
+    arrays and then served like in-memory data; a larger one is streamed every epoch, shuffled
+    through a buffer."""
+    base = (
+        _records(source)
+        .shard(num_workers, worker_index)
+        .map(_parse_example, num_parallel_calls=tf.data.AUTOTUNE)
+    )
+    per_worker = source.num_examples // num_workers
+    example_bytes = 4 * (int(np.prod(source.input_shape)) + 1)
+    if 0 < per_worker * example_bytes <= _CACHE_BYTES:
+        xs, ys = [], []
+        for x, y in base.batch(4096).prefetch(tf.data.AUTOTUNE):
+            xs.append(x.numpy())
+            ys.append(y.numpy())
+        x_all, y_all = np.concatenate(xs), np.concatenate(ys)
+        shard = replace(source, num_examples=len(y_all), x=x_all, y=y_all, files=())
+        return _array_batches(shard, 1, 0, batch_size, seed)
+    buffer = min(_SHUFFLE_BUFFER, per_worker) if per_worker > 0 else _SHUFFLE_BUFFER
+
+    def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+        return (
+            base.shuffle(buffer, seed=tf.cast(seed, tf.int64) + epoch)
+            .repeat()
+            .batch(batch_size, drop_remainder=True)
+        )
+
+    return epoch_batches

@@ -55,7 +55,7 @@ class Evaluator:
             )
 
         def step_fn(x: tf.Tensor, y: tf.Tensor) -> None:
-            logits = net(x, training=False)
+            logits = tf.cast(net(x, training=False), tf.float32)  # mixed precision
             hits = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32))
             sums.assign_add(
                 tf.stack(

@@ -69,6 +69,8 @@ def finish(
             "num_classes": int(net.output_shape[-1]),
             "weights_sha256": digest,
             "model": model_path,
+            "precision": worker.precision,
+            "jit": worker.config.jit,
             "epochs": record.epochs,
             "steps_per_epoch": record.steps_per_epoch,
             "global_batch": record.global_batch,

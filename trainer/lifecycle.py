@@ -63,6 +63,11 @@ def run(config: Config, env: Mapping[str, str]) -> int:
     MetricsServer(metrics, contract.metrics_port(env)).start()
     if unread:
         log.event("warning", message=f"StatefulSet check at start failed: {unread}")
+    if config.input_only:
+        from trainer import input_only
+
+        input_only.run(config, spec, root, log)
+        return EXIT_OK
 
     if state is not None and decide_from_state(env, spec.num_workers, state) is Decision.ROLLOUT:
         log.event("rollout", reason="this pod's revision is outdated; not training",

@@ -8,11 +8,10 @@ last checkpoint. The last stdout line is one JSON object::
 
     {"workers", "final_step", "loss", "accuracy", "examples_per_sec", "wall_s", "restarts"}
 
-plus ``"exit_code"``, ``"run_id"``, ``"checkpoint_dir"`` and ``"launch_to_first_step_s"``
-(seconds from starting the last attempt's processes to the chief's first finished training
-call). Unknown
-flags go to every worker (see ``python -m trainer --help``) and are validated before anything
-starts.
+plus ``"precision"`` (as the trainer resolved it), ``"exit_code"``, ``"run_id"``,
+``"checkpoint_dir"`` and ``"launch_to_first_step_s"`` (seconds from starting the last attempt's
+processes to the chief's first finished training call). Unknown flags go to every worker (see
+``python -m trainer --help``) and are validated before anything starts.
 """
 
 from __future__ import annotations
@@ -312,6 +311,7 @@ def _summary_line(
         "loss": summary.get("loss"),
         "accuracy": summary.get("accuracy"),
         "examples_per_sec": summary.get("examples_per_sec"),
+        "precision": summary.get("precision"),
         "wall_s": round(wall_s, 3),
         "restarts": restarts,
         "exit_code": code,

@@ -21,7 +21,8 @@ def default_cnn(input_shape: tuple[int, ...] = (28, 28, 1), num_classes: int = 1
             tf_keras.layers.MaxPooling2D(),
             tf_keras.layers.Flatten(),
             tf_keras.layers.Dense(128, activation="relu"),
-            tf_keras.layers.Dense(num_classes),
+            # float32 logits under a mixed-precision policy (softmax and the loss stay exact).
+            tf_keras.layers.Dense(num_classes, dtype="float32"),
         ],
         name="cnn",
     )

@@ -34,7 +34,7 @@ def strategy(config: Config, spec: contract.ClusterSpec, log: Log) -> Any:
     """
     import tensorflow as tf
 
-    if spec.num_workers == 1:
+    if spec.num_workers == 1 and config.strategy != "multi-worker":
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) > 1:
             ops = tf.distribute.NcclAllReduce() if config.collective == "nccl" else None

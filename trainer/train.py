@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainer import checkpoints, contract, placement, runs, runtime
+from trainer import checkpoints, contract, placement, precision, runs, runtime
 from trainer.checkpoints import GLOBAL_BATCH_KEY
 from trainer.config import Config
 from trainer.errors import DataError, RestartRequested, RolloutRequested, UsageError
@@ -64,6 +64,7 @@ class Worker:
         self.watch: StatefulSetWatch | None = None
         self.evaluate: Callable[[], tuple[float, float]] | None = None
         self.summaries = Summaries("")
+        self.precision = ""
 
     # --- set-up -----------------------------------------------------------------------------
     def _strategy(self) -> Any:
@@ -86,6 +87,12 @@ class Worker:
         # Before anything that runs a TensorFlow op (data loading, the user's model module).
         runtime.configure(cfg)
         self.log.event("forming", workers=n, task_index=self.spec.task_index)
+        # The Keras policy must be set before the model (and a --model module's layers) exist.
+        prec = precision.apply_policy(
+            precision.resolve(cfg.precision, precision.detect(), cfg.allow_emulated_precision)
+        )
+        self.precision = prec.name
+        self.log.event("precision", precision=prec.name, jit=cfg.jit, reason=prec.resolved.reason)
         strategy = self._strategy()
         # The coordination service installs its own C++ SIGTERM handler (TensorFlow's preemption
         # notifier), which would swallow the signal: take SIGTERM back, and pick up a SIGTERM
@@ -151,6 +158,10 @@ class Worker:
         }
         ckpt = tf.train.Checkpoint(**tracked, **{GLOBAL_BATCH_KEY: batch_var})
         start = self._restore(tracked, step_var, batch_var, total)
+        with strategy.scope():
+            # fp16: the LossScaleOptimizer comes after the restore. Its loss-scale state hangs
+            # under the inner optimizer, so a checkpoint of another precision would lack it.
+            prec.wrap(optimizer)
         manager, temp_dir = self._manager(ckpt)
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -172,15 +183,22 @@ class Worker:
             evaluator = Evaluator(strategy, net, loss_fn, eval_source, global_batch)
             self.evaluate = lambda: self._evaluate(evaluator, last_eval)
 
-        def step_fn(x: tf.Tensor, y: tf.Tensor) -> None:
+        def forward_backward(x: tf.Tensor, y: tf.Tensor) -> tuple[Any, Any, Any]:
             with tf.GradientTape() as tape:
-                logits = net(x, training=True)
+                logits = precision.float32_logits(net(x, training=True))
                 per_example = loss_fn(y, logits)
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
                 if net.losses:
                     loss += tf.nn.scale_regularization_loss(tf.add_n(net.losses))
-            grads = tape.gradient(loss, net.trainable_variables)
-            optimizer.apply_gradients(zip(grads, net.trainable_variables, strict=True))
+                loss = prec.scale(loss)  # fp16: times the loss scale
+            return logits, per_example, prec.gradients(tape, loss, net.trainable_variables)
+
+        if cfg.jit:  # XLA for the compute only: the optimizer's all-reduce stays outside
+            forward_backward = tf.function(forward_backward, jit_compile=True)
+
+        def step_fn(x: tf.Tensor, y: tf.Tensor) -> None:
+            logits, per_example, grads = forward_backward(x, y)
+            prec.apply(grads, net.trainable_variables)
             hits = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32))
             sums.assign_add(
                 tf.stack(
@@ -221,6 +239,7 @@ class Worker:
             steps_per_epoch=spe,
             global_batch=global_batch,
             dataset=source.name,
+            precision=prec.name,
             startup_s=round(time.time() - t_launch, 3),
         )
         try:

@@ -51,6 +51,8 @@ INVALID = [
         "4",
     ),
     ("dev", {P + "replicas": 5}, "replicas", "within [autoscalingMinReplicas", "5"),
+    ("dev", {P + "precision": "fp8"}, "precision", "one of auto, fp32, bf16, fp16", "'fp8'"),
+    ("dev", {P + "precision": "fp16"}, "precision", "needs gpusPerWorker >= 1", "'fp16'"),
     (
         "dev",
         {P + "autoscalingCpuLimitUtilization": 101},
@@ -258,6 +260,23 @@ def test_collective_timeout_off_by_default():
     assert default.training.collective_timeout_seconds == 0
     with_timeout = parse_config(*stack_config("dev", {P + "collectiveTimeoutSeconds": 20}), {})
     assert with_timeout.training.collective_timeout_seconds == 20
+
+
+@pytest.mark.parametrize(
+    ("stack", "overrides", "expected"),
+    [
+        ("dev", {}, "auto"),
+        ("dev", {P + "precision": "bf16"}, "bf16"),
+        ("prod", {P + "precision": "fp16"}, "fp16"),
+    ],
+)
+def test_precision_reaches_the_trainer_flags(stack, overrides, expected):
+    from infra.workers import trainer_args
+
+    cfg = parse_config(*stack_config(stack, overrides), {})
+    args = trainer_args(cfg)
+    assert cfg.training.precision == expected, f"{stack} {overrides}: {cfg.training.precision}"
+    assert args[args.index("--precision") + 1] == expected, f"{stack} {overrides}: {args}"
 
 
 def test_stack_settings_per_issue():

@@ -95,6 +95,8 @@ def test_pod_flags_parse():
             r"--eval-split: must be 0 when --eval-dataset is given; got 0.1",
         ),
         (["--learning-rate-scaling", "sqrt"], r"--learning-rate-scaling: invalid choice"),
+        (["--precision", "fp8"], r"--precision: invalid choice: 'fp8'"),
+        (["--strategy", "parameter-server"], r"--strategy: invalid choice"),
     ],
 )
 def test_bad_flags(argv: list[str], match: str, capsys: pytest.CaptureFixture[str]):
@@ -113,6 +115,13 @@ CASES = {
     CORRUPT_STATE: ([], CORRUPT_STATE, EXIT_CHECKPOINT, "checkpoint: corrupt"),
     CORRUPT_INDEX: ([], CORRUPT_INDEX, EXIT_CHECKPOINT, "ckpt-10: cannot restore"),
     "bad-contract": ([], "contract", EXIT_CONTRACT, "TFD_POD_NAME: ordinal must be <"),
+    # The test machines have no GPU: fp16 is only emulated there (bf16 depends on the CPU).
+    "fp16-on-cpu": (
+        ["--precision", "fp16"],
+        None,
+        EXIT_USAGE,
+        "--precision fp16: needs GPUs of compute capability >= 7.0",
+    ),
 }
 UNEXPECTED = "unexpected"
 """Not a user error: a model whose training call raises RuntimeError (the builder itself works,

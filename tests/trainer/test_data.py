@@ -164,9 +164,15 @@ def _write_ids(path: Path, ids: range) -> None:
             w.write(ex.SerializeToString())
 
 
+@pytest.mark.parametrize("in_memory", [True, False], ids=["shard-in-memory", "streamed"])
 @pytest.mark.parametrize("sizes", [(6, 6, 4), (3, 7, 6), (1, 1, 14), (16,), (2,) * 8])
-def test_tfrecords_every_example_once_per_epoch(tmp_path: Path, sizes: tuple[int, ...]):
-    """Files of unequal size over 2 workers: each epoch reads every example exactly once."""
+def test_tfrecords_every_example_once_per_epoch(
+    tmp_path: Path, sizes: tuple[int, ...], in_memory: bool, monkeypatch: pytest.MonkeyPatch
+):
+    """Files of unequal size over 2 workers: each epoch reads every example exactly once,
+    whether the worker's shard is read into memory once or streamed every epoch."""
+    if not in_memory:
+        monkeypatch.setattr(data, "_CACHE_BYTES", 0)
     start = 0
     for i, n in enumerate(sizes):
         _write_ids(tmp_path / f"part-{i}.tfrecord", range(start, start + n))

@@ -1,0 +1,209 @@
+"""Numeric precision: which one a worker trains in, and the loss scaling fp16 needs.
+
+``--precision`` selects a Keras mixed-precision policy (compute in 16 bits, variables in
+float32) or plain float32:
+
+=========  ==================  ===========================================================
+flag       Keras policy        needs (unless ``--allow-emulated-precision``)
+=========  ==================  ===========================================================
+``fp32``   ``float32``         nothing
+``bf16``   ``mixed_bfloat16``  every GPU with compute capability >= 8.0, or, without GPUs,
+                               a CPU with native bfloat16 (``avx512_bf16`` or ``amx_bf16``)
+``fp16``   ``mixed_float16``   every GPU with compute capability >= 7.0 (tensor cores)
+``auto``   resolved            ``bf16`` where it is native (as above), else ``fp32``
+=========  ==================  ===========================================================
+
+Why ``auto`` never picks fp16: fp16 needs loss scaling, whose skipped steps change the
+trajectory, and no GPU has been available to measure it against fp32; bf16 has float32's
+exponent range, so it trains without loss scaling. Where a type is only emulated (bf16 on a
+CPU without the instructions, fp16 on a CPU) TensorFlow still computes it, but slower than
+float32: an explicit request is refused with one line, and ``--allow-emulated-precision``
+runs it anyway (for tests and comparisons).
+
+Variables stay float32 under every policy, so a checkpoint restores into any precision. The
+logits and the loss are computed in float32 (:func:`float32_logits`). fp16 wraps the optimizer
+in tf-keras' ``LossScaleOptimizer`` (dynamic loss scale): the loss is scaled before the
+gradient, the gradients unscaled after, and a step whose gradients are not finite is skipped
+(the scale halves). Checkpoints restore across precisions: the checkpoint tracks the inner
+optimizer (:attr:`Precision.base_optimizer`), and the trainer wraps it only after the restore,
+because tf-keras hangs the loss-scale state under the inner optimizer (a checkpoint of another
+precision lacks it). A resumed fp16 run therefore starts again at the initial loss scale.
+
+Imports no TensorFlow at module level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import UsageError
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""/proc/cpuinfo flags of CPUs that compute bfloat16 natively (AVX512-BF16, AMX)."""
+MIN_CC = {"bf16": (8, 0), "fp16": (7, 0)}
+"""Lowest GPU compute capability with native support (bf16: Ampere; fp16: tensor cores)."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What decides the precision: the CPU's flags and each visible GPU's compute capability."""
+
+    cpu_flags: frozenset[str] = frozenset()
+    gpu_capabilities: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def cpu_bf16(self) -> bool:
+        return any(f in self.cpu_flags for f in CPU_BF16_FLAGS)
+
+    def describe(self) -> str:
+        if self.gpu_capabilities:
+            caps = ", ".join(f"{a}.{b}" for a, b in self.gpu_capabilities)
+            return f"{len(self.gpu_capabilities)} GPU(s), compute capability {caps}"
+        native = [f for f in CPU_BF16_FLAGS if f in self.cpu_flags]
+        return "CPU only, " + (
+            f"native bfloat16 ({', '.join(native)})" if native else "no avx512_bf16/amx_bf16"
+        )
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The precision a worker trains in, and why."""
+
+    requested: str
+    precision: str
+    policy: str
+    native: bool
+    reason: str
+
+
+def native(precision: str, hw: Hardware) -> bool:
+    """Whether ``hw`` computes ``precision`` natively (fp32 always does)."""
+    if precision == "fp32":
+        return True
+    if hw.gpu_capabilities:
+        return all(cc >= MIN_CC[precision] for cc in hw.gpu_capabilities)
+    return precision == "bf16" and hw.cpu_bf16
+
+
+def resolve(requested: str, hw: Hardware, allow_emulated: bool = False) -> Resolved:
+    """``--precision`` on ``hw``.
+
+    Raises:
+        UsageError: an unknown value, or a type ``hw`` only emulates (unless
+            ``allow_emulated``); the message names the flag, the rule and the hardware.
+    """
+    if requested not in PRECISIONS:
+        raise UsageError(f"--precision: must be one of {', '.join(PRECISIONS)}; got {requested!r}")
+    if requested == "auto":
+        chosen = "bf16" if native("bf16", hw) else "fp32"
+        why = "bf16 is native here" if chosen == "bf16" else "bf16 is not native here (emulated)"
+        return Resolved(requested, chosen, POLICIES[chosen], True, f"auto: {why}")
+    ok = native(requested, hw)
+    if not ok and not allow_emulated:
+        raise UsageError(f"--precision {requested}: {_requirement(requested)}; {hw.describe()}")
+    reason = "requested" if ok else "requested, emulated (--allow-emulated-precision)"
+    return Resolved(requested, requested, POLICIES[requested], ok, reason)
+
+
+def _requirement(precision: str) -> str:
+    if precision == "fp16":
+        return (
+            "needs GPUs of compute capability >= 7.0 (this hardware would emulate it, slower "
+            "than fp32); use --precision auto or fp32"
+        )
+    return (
+        "needs GPUs of compute capability >= 8.0 or a CPU with avx512_bf16/amx_bf16 (this "
+        "hardware would emulate it, slower than fp32); use --precision auto or fp32"
+    )
+
+
+def cpu_flags(cpuinfo: str) -> frozenset[str]:
+    """The ``flags`` of the first processor in ``/proc/cpuinfo`` text (x86 Linux)."""
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def detect() -> Hardware:
+    """This process's hardware: ``/proc/cpuinfo`` flags and TensorFlow's visible GPUs."""
+    import tensorflow as tf
+
+    try:
+        flags = cpu_flags(Path("/proc/cpuinfo").read_text())
+    except OSError:  # not Linux: no native bf16 is assumed
+        flags = frozenset()
+    caps = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        cc = tf.config.experimental.get_device_details(gpu).get("compute_capability")
+        caps.append(tuple(cc) if cc else (0, 0))
+    return Hardware(flags, tuple(caps))
+
+
+@dataclass
+class Precision:
+    """A resolved precision applied to this process: policy, optimizer wrapping, gradients."""
+
+    resolved: Resolved
+    base_optimizer: Any = None
+    optimizer: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.resolved.precision
+
+    @property
+    def loss_scaling(self) -> bool:
+        return self.resolved.precision == "fp16"
+
+    def wrap(self, optimizer: Any) -> Any:
+        """The optimizer to step with: ``optimizer``, or fp16's ``LossScaleOptimizer`` around
+        it. Call under the strategy scope, after restoring a checkpoint into ``optimizer``."""
+        import tf_keras
+
+        self.base_optimizer = optimizer
+        self.optimizer = (
+            tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+            if self.loss_scaling
+            else optimizer
+        )
+        return self.optimizer
+
+    def scale(self, loss: Any) -> Any:
+        """The loss to differentiate: fp16 multiplies it by the loss scale. Call it inside the
+        ``GradientTape``, so the tape records the multiplication."""
+        return self.optimizer.get_scaled_loss(loss) if self.loss_scaling else loss
+
+    def gradients(self, tape: Any, scaled_loss: Any, variables: Sequence[Any]) -> list[Any]:
+        """Gradients of :meth:`scale`'s loss, divided by the loss scale again (fp16)."""
+        grads = tape.gradient(scaled_loss, variables)
+        return self.optimizer.get_unscaled_gradients(grads) if self.loss_scaling else grads
+
+    def apply(self, grads: Iterable[Any], variables: Sequence[Any]) -> None:
+        """Apply (fp16: only when every gradient is finite; the scale adapts)."""
+        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+
+    def loss_scale(self) -> float | None:
+        """The current dynamic loss scale (fp16), else ``None``."""
+        return float(self.optimizer.loss_scale.numpy()) if self.loss_scaling else None
+
+
+def apply_policy(resolved: Resolved) -> Precision:
+    """Set the global Keras policy (before the model is built) and return the precision."""
+    import tf_keras
+
+    tf_keras.mixed_precision.set_global_policy(resolved.policy)
+    return Precision(resolved)
+
+
+def float32_logits(logits: Any) -> Any:
+    """Logits in float32 whatever the compute type: softmax and the loss stay accurate."""
+    import tensorflow as tf
+
+    return tf.cast(logits, tf.float32)
