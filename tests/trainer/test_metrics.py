@@ -13,8 +13,9 @@ from trainer.metrics import Metrics, MetricsServer
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
+    # Generous: on a loaded 2-core CI machine the server thread once took over 5 s to answer.
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as resp:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()
