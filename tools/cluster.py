@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as `python tools/cluster.py`: make `tools` importable
     sys.path.insert(0, str(ROOT))
 
-from tools import real_node  # noqa: E402
+from tools import real_node, real_node_config  # noqa: E402
 
 TOOLS = ROOT / ".tools"
 BIN = TOOLS / "bin"
@@ -209,34 +209,11 @@ def _node(name: str, *, gpus: int, cpu: str, memory: str) -> dict:
 
 def _storage() -> list[dict]:
     """StorageClasses without a provisioner, each with volumes the PV controller can bind."""
-    docs: list[dict] = []
-    for sc in STORAGE_CLASSES:
-        docs.append(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": sc},
-                "provisioner": "kubernetes.io/no-provisioner",
-                "volumeBindingMode": "Immediate",
-                "reclaimPolicy": "Retain",
-            }
-        )
-        for i in range(VOLUMES_PER_CLASS):
-            docs.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolume",
-                    "metadata": {"name": f"{sc}-{i}", "labels": {"tfd-e2e/volume": sc}},
-                    "spec": {
-                        "storageClassName": sc,
-                        "capacity": {"storage": "500Gi"},
-                        "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "hostPath": {"path": f"/tmp/tfd-e2e-volumes/{sc}-{i}"},
-                    },
-                }
-            )
-    return docs
+    return real_node_config.storage_documents(
+        STORAGE_CLASSES,
+        VOLUMES_PER_CLASS,
+        lambda name: {"hostPath": {"path": f"/tmp/tfd-e2e-volumes/{name}"}},
+    )
 
 
 def up(node: str = "kwok") -> None:

@@ -4,6 +4,7 @@ nothing here touches the host). ``tools/real_node.py`` starts the node with it."
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,9 +204,12 @@ def metrics_api(ports: Ports, ca_bundle: str) -> list[dict]:
     ]
 
 
-def storage(state: Path, classes: tuple[str, ...], per_class: int) -> list[dict]:
-    """StorageClasses with ``local`` volumes on the node, in directories anyone may write (the
-    trainer runs as UID 10001; a local volume gets no fsGroup ownership change)."""
+def storage_documents(
+    classes: tuple[str, ...], per_class: int, source: Callable[[str], dict]
+) -> list[dict]:
+    """StorageClasses without a provisioner, each with ``per_class`` ReadWriteMany volumes the
+    PV controller can bind; ``source(volume_name)`` gives each volume's source fields (a
+    ``hostPath`` on kwok's nodes, a ``local`` path pinned to the real node)."""
     docs: list[dict] = []
     for sc in classes:
         docs.append(
@@ -219,33 +223,43 @@ def storage(state: Path, classes: tuple[str, ...], per_class: int) -> list[dict]
             }
         )
         for i in range(per_class):
+            name = f"{sc}-{i}"
             docs.append(
                 {
                     "apiVersion": "v1",
                     "kind": "PersistentVolume",
-                    "metadata": {"name": f"{sc}-{i}", "labels": {"tfd-e2e/volume": sc}},
+                    "metadata": {"name": name, "labels": {"tfd-e2e/volume": sc}},
                     "spec": {
                         "storageClassName": sc,
                         "capacity": {"storage": "500Gi"},
                         "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
                         "persistentVolumeReclaimPolicy": "Retain",
-                        "local": {"path": str(state / "volumes" / f"{sc}-{i}")},
-                        "nodeAffinity": {
-                            "required": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {
-                                                "key": "kubernetes.io/hostname",
-                                                "operator": "In",
-                                                "values": [NODE_NAME],
-                                            }
-                                        ]
-                                    }
-                                ]
-                            }
-                        },
+                        **source(name),
                     },
                 }
             )
     return docs
+
+
+def storage(state: Path, classes: tuple[str, ...], per_class: int) -> list[dict]:
+    """StorageClasses with ``local`` volumes on the node, in directories anyone may write (the
+    trainer runs as UID 10001; a local volume gets no fsGroup ownership change)."""
+    on_the_node = {
+        "required": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE_NAME]}
+                    ]
+                }
+            ]
+        }
+    }
+    return storage_documents(
+        classes,
+        per_class,
+        lambda name: {
+            "local": {"path": str(state / "volumes" / name)},
+            "nodeAffinity": on_the_node,
+        },
+    )
