@@ -4,12 +4,15 @@ node's containerd (``make cluster-up NODE=real``; ``tools/real_node.py``)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
+from urllib.parse import urlparse
 
-from tests.e2e.harness import TOOLS, Kube
+from tests.e2e.harness import KUBECONFIG, TOOLS, Kube
 from tools.node_images import BUSYBOX_IMAGE
 from tools.real_node_config import NODE_NAME
+from trainer import contract
 
 STATE = TOOLS / "cluster"
 CONTAINERD = STATE / "containerd" / "containerd.sock"
@@ -157,3 +160,38 @@ def container_pid(namespace: str, pod: str) -> int:
         if fields[0] == found[0]:
             return int(fields[1])
     raise AssertionError(f"no task for container {found[0]}")
+
+
+def stack_settings(namespace: str, image: str) -> dict:
+    """What every real-node stack sets beside the e2e stack file: its namespace and image, a
+    claim deleted with it, two workers' worth of resources on a 2-core machine, a small batch,
+    and the API server as pods reach it (the `kubernetes` Service, translated to the node)."""
+    api = urlparse(json.loads(KUBECONFIG.read_text())["clusters"][0]["cluster"]["server"])
+    return {
+        "namespace": namespace,
+        "imageReference": image,
+        "checkpointRetention": "Delete",
+        "cpuRequest": "250m",
+        "cpuLimit": "1",
+        "memoryRequest": "512Mi",
+        "memoryLimit": "2Gi",
+        "batchSize": 32,
+        "apiServerCidrs": ["10.96.0.1/32", f"{api.hostname}/32"],
+        "apiServerPorts": [443, api.port],
+    }
+
+
+def pod_metrics(kube: Kube, namespace: str, pod: str) -> dict[str, float]:
+    """``/metrics`` of ``pod`` through the API server's proxy to the pod: the first sample of
+    each series name (empty when the pod does not answer)."""
+    text = kube.run(
+        "get", "--raw",
+        f"/api/v1/namespaces/{namespace}/pods/{pod}:{contract.DEFAULT_METRICS_PORT}/proxy/metrics",
+        check=False,
+    )  # fmt: skip
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-z_]+)(?:\{[^}]*\})? ([0-9.eE+-]+|NaN)$", line)
+        if m:
+            out.setdefault(m.group(1), float(m.group(2)))
+    return out

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from urllib.parse import urlparse
 
 import pytest
 
@@ -37,21 +36,13 @@ HPA_WINDOW_S = 60
 
 @pytest.fixture(scope="module")
 def stack(new_project: Callable[..., Project], node_image: str) -> Project:  # noqa: F811
-    api = urlparse(json.loads(KUBECONFIG.read_text())["clusters"][0]["cluster"]["server"])
     project = new_project("cycle", stack_file="e2e")
     project.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
     project.set_many(
         {
-            "namespace": NS,
-            "imageReference": node_image,
-            "checkpointRetention": "Delete",
-            "cpuRequest": "250m",
-            "cpuLimit": "1",
-            "memoryRequest": "512Mi",
-            "memoryLimit": "2Gi",
+            **realnode.stack_settings(NS, node_image),
             "epochs": EPOCHS,
             "stepsPerEpoch": STEPS_PER_EPOCH,
-            "batchSize": 32,
             "checkpointEvery": CHECKPOINT_EVERY,
             "autoscalingMinReplicas": 2,
             "autoscalingMaxReplicas": 3,
@@ -59,28 +50,13 @@ def stack(new_project: Callable[..., Project], node_image: str) -> Project:  # n
             # exactly at 100 % of it (the HPA tolerates 10 %).
             "autoscalingCpuLimitUtilization": 100,
             "autoscalingScaleUpWindowSeconds": HPA_WINDOW_S,
-            "apiServerCidrs": ["10.96.0.1/32", f"{api.hostname}/32"],
-            "apiServerPorts": [443, api.port],
         }
     )
     return project
 
 
 def metrics_of(kube: Kube, pod: str) -> dict[str, float]:
-    text = kube.run(
-        "get", "--raw",
-        f"/api/v1/namespaces/{NS}/pods/{pod}:{contract.DEFAULT_METRICS_PORT}/proxy/metrics",
-        check=False,
-    )  # fmt: skip
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if not line.startswith("#") and value:
-            try:
-                out.setdefault(name.split("{", 1)[0], float(value))
-            except ValueError:
-                continue
-    return out
+    return realnode.pod_metrics(kube, NS, pod)
 
 
 def workers(kube: Kube) -> dict[str, dict]:

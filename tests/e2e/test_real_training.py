@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 
@@ -63,45 +61,23 @@ def node_image(built: str, real_node: str) -> str:  # noqa: F811 - the fixture
 
 @pytest.fixture(scope="module")
 def stack(new_project: Callable[..., Project], node_image: str) -> Project:
-    api = urlparse(json.loads(KUBECONFIG.read_text())["clusters"][0]["cluster"]["server"])
     project = new_project("real", stack_file="e2e")
     project.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
     project.set_many(
         {
-            "namespace": NS,
-            "imageReference": node_image,
-            "checkpointRetention": "Delete",
-            # Two workers on a 2-core machine.
-            "cpuRequest": "250m",
-            "cpuLimit": "1",
-            "memoryRequest": "512Mi",
-            "memoryLimit": "2Gi",
+            **realnode.stack_settings(NS, node_image),
             "epochs": EPOCHS,
             "stepsPerEpoch": STEPS_PER_EPOCH,
-            "batchSize": 32,
             "checkpointEvery": CHECKPOINT_EVERY,
             # No HPA resize during this run (resizing on real CPU load is a scenario of its own).
             "autoscalingMaxReplicas": 2,
-            # Pods reach the API server at the `kubernetes` Service, translated to the node.
-            "apiServerCidrs": ["10.96.0.1/32", f"{api.hostname}/32"],
-            "apiServerPorts": [443, api.port],
         }
     )
     return project
 
 
 def metrics_of(kube: Kube, pod: str) -> dict[str, float]:
-    """``/metrics`` of ``pod`` through the API server's proxy to the pod."""
-    text = kube.run(
-        "get", "--raw", f"/api/v1/namespaces/{NS}/pods/{pod}:{contract.DEFAULT_METRICS_PORT}"
-        "/proxy/metrics", check=False,
-    )  # fmt: skip
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"^([a-z_]+)(?:\{[^}]*\})? ([0-9.eE+-]+|NaN)$", line)
-        if m:
-            out.setdefault(m.group(1), float(m.group(2)))
-    return out
+    return realnode.pod_metrics(kube, NS, pod)
 
 
 @pytest.fixture(scope="module")
