@@ -283,6 +283,12 @@ def up(node: str = "kwok") -> None:
             "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=false",
             "--profiling=false",
+            # Debian's etcd 3.4.23 lacks RequestWatchProgress, so this apiserver cannot serve
+            # streaming lists; kwok's client-go (0.36) asks for them whatever its environment
+            # says, and each refusal ended its pod, node and lease watches: its caches went
+            # stale, lease renewals conflicted and a node could miss its heartbeat. With the
+            # server's WatchList off, clients fall back to list+watch at once.
+            "--feature-gates=WatchList=false",
         ],
         logs,
     )  # fmt: skip
@@ -342,9 +348,6 @@ def up(node: str = "kwok") -> None:
             f"--server-address=127.0.0.1:{kwok_port}",
         ],
         logs,
-        # kwok's client-go asks for streaming lists, which the apiserver refuses on Debian's
-        # etcd 3.4 (no RequestWatchProgress); plain list+watch works with it.
-        env={"KUBE_FEATURE_WatchListClient": "false"},
     )  # fmt: skip
     nodes = [
         _node(CPU_NODE, gpus=0, cpu="16", memory="64Gi"),

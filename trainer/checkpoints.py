@@ -21,6 +21,9 @@ from trainer.metrics import Metrics
 CHECKPOINTS_SUBDIR = "checkpoints"
 GLOBAL_BATCH_KEY = "global_batch"
 """Checkpoint attribute holding the global batch its step counts; older checkpoints lack it."""
+LOSS_SCALE_KEY = "loss_scale"
+"""Checkpoint attribute holding fp16's loss-scale state; checkpoints of other precisions lack
+it."""
 
 
 def checkpoint_root(env: Mapping[str, str]) -> str:
@@ -42,6 +45,27 @@ def gfile() -> Any:
     import tensorflow as tf
 
     return tf.io.gfile
+
+
+def restore_extra(root: str, objects: Mapping[str, Any]) -> bool:
+    """Restore ``objects`` (attribute name -> checkpointable) from the latest checkpoint when it
+    holds every one of them: state that only some runs save, such as fp16's loss scale. False
+    when there is no checkpoint or it lacks one of them (nothing is restored then)."""
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(join(root, CHECKPOINTS_SUBDIR))
+    if latest is None:
+        return False
+    saved = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(latest)}
+    if not set(objects) <= saved:
+        return False
+    try:
+        tf.train.Checkpoint(**objects).restore(latest).expect_partial()
+    except (tf.errors.OpError, ValueError) as err:
+        raise CheckpointError(
+            f"{latest}: cannot restore {sorted(objects)}: {first_line(err)}"
+        ) from None
+    return True
 
 
 def restore(

@@ -25,9 +25,10 @@ logits and the loss are computed in float32 (:func:`float32_logits`). fp16 wraps
 in tf-keras' ``LossScaleOptimizer`` (dynamic loss scale): the loss is scaled before the
 gradient, the gradients unscaled after, and a step whose gradients are not finite is skipped
 (the scale halves). Checkpoints restore across precisions: the checkpoint tracks the inner
-optimizer (:attr:`Precision.base_optimizer`), and the trainer wraps it only after the restore,
-because tf-keras hangs the loss-scale state under the inner optimizer (a checkpoint of another
-precision lacks it). A resumed fp16 run therefore starts again at the initial loss scale.
+optimizer (:attr:`Precision.base_optimizer`), and the trainer wraps it only after the restore.
+fp16's loss-scale state (the scale and its count of good steps) is saved apart, under
+``loss_scale``: a resumed fp16 run continues at the saved scale where the last checkpoint was
+fp16 too, and starts at the initial scale after a checkpoint of another precision.
 
 Imports no TensorFlow at module level.
 """
@@ -192,6 +193,20 @@ class Precision:
     def loss_scale(self) -> float | None:
         """The current dynamic loss scale (fp16), else ``None``."""
         return float(self.optimizer.loss_scale.numpy()) if self.loss_scaling else None
+
+    def good_steps(self) -> int | None:
+        """fp16: finite steps since the scale last changed (it doubles after 2000), else
+        ``None``."""
+        return int(self.optimizer.dynamic_counter.numpy()) if self.loss_scaling else None
+
+    def loss_scale_state(self) -> Any | None:
+        """fp16: the checkpointable loss-scale state (the scale and its good-step count), else
+        ``None``. Call after :meth:`wrap`."""
+        if not self.loss_scaling:
+            return None
+        # tf-keras exposes the state's values (loss_scale, dynamic_counter) but not the object
+        # that checkpoints them; the optimizer tracks it as its child "loss_scale".
+        return self.optimizer._loss_scale
 
 
 def apply_policy(resolved: Resolved) -> Precision:

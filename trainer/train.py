@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainer import checkpoints, contract, placement, precision, runs, runtime
-from trainer.checkpoints import GLOBAL_BATCH_KEY
+from trainer.checkpoints import GLOBAL_BATCH_KEY, LOSS_SCALE_KEY
 from trainer.config import Config
 from trainer.errors import DataError, RestartRequested, RolloutRequested, UsageError
 from trainer.evaluate import Evaluator
@@ -162,6 +162,13 @@ class Worker:
             # fp16: the LossScaleOptimizer comes after the restore. Its loss-scale state hangs
             # under the inner optimizer, so a checkpoint of another precision would lack it.
             prec.wrap(optimizer)
+        scale_state = prec.loss_scale_state()
+        if scale_state is not None:  # fp16: saved from now on, resumed where it was saved
+            setattr(ckpt, LOSS_SCALE_KEY, scale_state)
+            if checkpoints.restore_extra(self.root, {LOSS_SCALE_KEY: scale_state}):
+                self.log.event(
+                    "loss_scale", restored=prec.loss_scale(), good_steps=prec.good_steps()
+                )
         manager, temp_dir = self._manager(ckpt)
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,52 @@ from tests.e2e.harness import KUBECONFIG, ROOT, TOOLS, Kube, Project
 from tools.real_node_config import NODE_NAME
 
 HERE = Path(__file__).resolve().parent
+
+
+# What `make e2e` prints about the cluster when a test fails: enough to tell a pod that was never
+# scheduled (and why) from one that never became Ready, or a node that stopped heartbeating.
+CLUSTER_STORY = (
+    ("nodes", ("get", "nodes", "-o", "wide")),
+    (
+        "node conditions and taints",
+        (
+            "get",
+            "nodes",
+            "-o",
+            "custom-columns=NAME:.metadata.name,READY:.status.conditions[?(@.type=='Ready')].status,"
+            "TAINTS:.spec.taints[*].key",
+        ),
+    ),
+    ("pods", ("get", "pods", "-A", "-o", "wide")),
+    ("claims", ("get", "pvc", "-A")),
+    ("volumes", ("get", "pv")),
+    ("statefulsets", ("get", "statefulsets", "-A", "-o", "wide")),
+    ("autoscalers", ("get", "hpa", "-A")),
+    ("events", ("get", "events", "-A", "--sort-by=.lastTimestamp")),
+)
+STORY_EVENT_LINES = 60
+
+
+def cluster_story(kube: Kube) -> str:
+    """The cluster's state, as ``kubectl get`` prints it, for a failed test's report."""
+    parts = []
+    for title, args in CLUSTER_STORY:
+        try:
+            out = kube.run(*args, check=False)
+        except subprocess.TimeoutExpired:
+            out = "(kubectl timed out)"
+        if title == "events":
+            out = "\n".join(out.splitlines()[-STORY_EVENT_LINES:])
+        parts.append(f"--- {title} ---\n{out.rstrip()}")
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed and call.when in ("setup", "call") and KUBECONFIG.exists():
+        report.sections.append(("cluster at the failure", cluster_story(Kube())))
+    return report
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -186,15 +186,88 @@ def test_fp16_checkpoint_tracks_the_inner_optimizer():
     assert isinstance(wrapped, tf_keras.mixed_precision.LossScaleOptimizer)
 
 
-PRECISION_CHAIN = ("fp32", "bf16", "fp16", "fp32")
+def _fp16_after_steps(bad_steps: int, good_steps: int) -> precision.Precision:
+    """fp16 on SGD after ``bad_steps`` non-finite steps (each halves the scale), then
+    ``good_steps`` finite ones."""
+    import tensorflow as tf
+    import tf_keras
+
+    prec = _fp16()
+    w = tf.Variable([1.0, 2.0])
+    prec.wrap(tf_keras.optimizers.SGD(0.1))
+    for grad in [[float("inf"), 0.0]] * bad_steps + [[0.1, 0.1]] * good_steps:
+        prec.apply([tf.constant(grad)], [w])
+    return prec
+
+
+def _save(root: Path, **objects: object) -> None:
+    import tensorflow as tf
+
+    from trainer.checkpoints import CHECKPOINTS_SUBDIR
+
+    directory = str(root / CHECKPOINTS_SUBDIR)
+    tf.train.CheckpointManager(tf.train.Checkpoint(**objects), directory, 1).save()
+
+
+@pytest.mark.parametrize(
+    ("saved", "restored", "expected"),
+    [
+        # (what the last checkpoint holds, what restore_extra returns, scale and good steps)
+        ("fp16 state", True, (2.0**13, 3)),
+        ("no loss scale (another precision)", False, (2.0**15, 0)),
+        ("no checkpoint", False, (2.0**15, 0)),
+    ],
+)
+def test_fp16_resumes_its_loss_scale_from_an_fp16_checkpoint(
+    tmp_path: Path, saved: str, restored: bool, expected: tuple[float, int]
+):
+    import tensorflow as tf
+
+    from trainer.checkpoints import LOSS_SCALE_KEY, restore_extra
+
+    if saved == "fp16 state":
+        before = _fp16_after_steps(bad_steps=2, good_steps=3)
+        _save(tmp_path, **{LOSS_SCALE_KEY: before.loss_scale_state()})
+    elif saved.startswith("no loss scale"):
+        _save(tmp_path, step=tf.Variable(7))
+    after = _fp16_after_steps(bad_steps=0, good_steps=0)
+    got = restore_extra(str(tmp_path), {LOSS_SCALE_KEY: after.loss_scale_state()})
+    assert got is restored, f"{saved}: restore_extra returned {got}"
+    assert (after.loss_scale(), after.good_steps()) == expected, saved
+
+
+def test_no_loss_scale_state_without_fp16():
+    prec = precision.Precision(precision.resolve("bf16", GPU_A100))
+    assert (prec.loss_scale_state(), prec.good_steps()) == (None, None)
+
+
+PRECISION_CHAIN = ("fp32", "bf16", "fp16", "fp16", "fp32")
+
+
+def _saved_loss_scale(root: Path) -> tuple[float, int] | None:
+    """(scale, good steps) in the latest checkpoint under ``root``; None where it has none."""
+    import tensorflow as tf
+
+    from trainer.checkpoints import CHECKPOINTS_SUBDIR, LOSS_SCALE_KEY
+
+    reader = tf.train.load_checkpoint(str(root / CHECKPOINTS_SUBDIR))
+    key = f"{LOSS_SCALE_KEY}/{{}}/.ATTRIBUTES/VARIABLE_VALUE"
+    if not reader.has_tensor(key.format("current_loss_scale")):
+        return None
+    return (
+        float(reader.get_tensor(key.format("current_loss_scale"))),
+        int(reader.get_tensor(key.format("good_steps"))),
+    )
 
 
 @pytest.mark.slow
 def test_checkpoints_restore_across_precision_changes(tmp_path: Path):
-    """One job trained an epoch at a time, each epoch in another precision (emulated ones
-    allowed): every run resumes where the last one stopped, and the job still learns."""
+    """One job trained an epoch at a time, each epoch in the chain's precision (emulated ones
+    allowed): every run resumes where the last one stopped, fp16 after fp16 at the saved loss
+    scale, and the job still learns."""
     env = worker_envs(1, str(tmp_path))[0]
     spe = 512 // 64
+    saved_scale: tuple[float, int] | None = None
     for epoch, name in enumerate(PRECISION_CHAIN, start=1):
         (tmp_path / "DONE").unlink(missing_ok=True)  # the next epoch is a new run of the job
         argv = ["--epochs", str(epoch), "--synthetic-examples", "512", "--batch-size", "64",
@@ -212,6 +285,14 @@ def test_checkpoints_restore_across_precision_changes(tmp_path: Path):
         assert events["precision"]["precision"] == name, events["precision"]
         if epoch > 1:
             assert events["resume"]["step"] == (epoch - 1) * spe, f"{name}: {events['resume']}"
+        # fp16 resumes its loss scale only from a checkpoint that fp16 saved, exactly as saved.
+        resumes_scale = name == "fp16" and PRECISION_CHAIN[epoch - 2] == "fp16"
+        assert ("loss_scale" in events) == resumes_scale, f"{name} (epoch {epoch}): {events}"
+        if resumes_scale:
+            resumed = events["loss_scale"]
+            assert (resumed["restored"], resumed["good_steps"]) == saved_scale, resumed
+        saved_scale = _saved_loss_scale(tmp_path)
+        assert (saved_scale is not None) == (name == "fp16"), f"{name}: {saved_scale}"
         assert events["trained"]["step"] == epoch * spe
         summary = json.loads((tmp_path / "summary.json").read_text())
         assert summary["precision"] == name, summary
