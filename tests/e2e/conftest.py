@@ -55,7 +55,7 @@ def cluster_story(kube: Kube) -> str:
             out = "(kubectl timed out)"
         if title == "events":
             out = "\n".join(out.splitlines()[-STORY_EVENT_LINES:])
-        parts.append(f"--- {title} ---\n{out.rstrip()}")
+        parts.append(f"--- {title} ---\n{out.rstrip() or '(none)'}")
     return "\n".join(parts)
 
 
