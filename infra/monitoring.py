@@ -247,18 +247,17 @@ class Monitoring(Component):
             opts=after_release,
         )
 
-        released_ns = ns_name
         self.namespace: pulumi.Output[str] = ns_name
         self.grafana_service: pulumi.Output[str] = pulumi.Output.concat(
-            released_ns, "/", GRAFANA_SERVICE
+            ns_name, "/", GRAFANA_SERVICE
         )
         self.prometheus_service: pulumi.Output[str] = pulumi.Output.concat(
-            released_ns, "/", PROMETHEUS_SERVICE
+            ns_name, "/", PROMETHEUS_SERVICE
         )
-        self.grafana_port_forward: pulumi.Output[str] = released_ns.apply(
+        self.grafana_port_forward: pulumi.Output[str] = ns_name.apply(
             lambda n: port_forward_command(n, GRAFANA_SERVICE, 3000, GRAFANA_SERVICE_PORT)
         )
-        self.prometheus_port_forward: pulumi.Output[str] = released_ns.apply(
+        self.prometheus_port_forward: pulumi.Output[str] = ns_name.apply(
             lambda n: port_forward_command(n, PROMETHEUS_SERVICE, 9090, PROMETHEUS_SERVICE_PORT)
         )
         self.grafana_admin_secret: pulumi.Output[str] = pulumi.Output.concat(

@@ -44,7 +44,7 @@ def service_account_manifest(cfg: StackConfig) -> dict:
 
 def role_rules(cfg: StackConfig) -> list[dict]:
     """One rule per call in ``contract.API_CALLS``, on the names the trainer may touch."""
-    return contract.role_rules(cfg.statefulset_name, len(workers.pod_names(cfg)))
+    return contract.role_rules(cfg.statefulset_name, workers.max_replicas(cfg))
 
 
 def role_manifest(cfg: StackConfig) -> dict:

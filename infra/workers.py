@@ -70,10 +70,9 @@ def checkpoint_dir(cfg: StackConfig) -> str:
     return f"{root}/{cfg.training.run_id}"
 
 
-def pod_names(cfg: StackConfig) -> list[str]:
-    """Every pod name the StatefulSet can have: ordinals up to the most replicas allowed."""
-    most = cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else cfg.workers.replicas
-    return [f"{cfg.statefulset_name}-{i}" for i in range(most)]
+def max_replicas(cfg: StackConfig) -> int:
+    """The most workers the StatefulSet can have: the autoscaler's maximum, else ``replicas``."""
+    return cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else cfg.workers.replicas
 
 
 def trainer_args(cfg: StackConfig) -> list[str]:
