@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
-from tests.e2e.harness import KUBECONFIG, TOOLS, Kube
+from tests.e2e.harness import KUBECONFIG, TOOLS, Kube, Project
 from tools.node_images import BUSYBOX_IMAGE
 from tools.real_node_config import NODE_NAME
 from trainer import contract
@@ -179,6 +181,21 @@ def stack_settings(namespace: str, image: str) -> dict:
         "apiServerCidrs": ["10.96.0.1/32", f"{api.hostname}/32"],
         "apiServerPorts": [443, api.port],
     }
+
+
+def real_stack(
+    new_project: Callable[..., Project],
+    name: str,
+    namespace: str,
+    image: str,
+    settings: Mapping[str, Any],
+) -> Project:
+    """A stack of the e2e stack file on the real node: the cluster's kubeconfig as a secret,
+    :func:`stack_settings`, then ``settings``."""
+    project = new_project(name, stack_file="e2e")
+    project.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
+    project.set_many({**stack_settings(namespace, image), **settings})
+    return project
 
 
 def pod_metrics(kube: Kube, namespace: str, pod: str) -> dict[str, float]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.e2e import realnode
-from tests.e2e.harness import KUBECONFIG, Kube, Project
+from tests.e2e.harness import Kube, Project
 from tests.e2e.test_image import built, docker  # noqa: F401 - fixtures and helper
 from tests.e2e.test_real_training import log_figure, node_image  # noqa: F401 - fixture
 from trainer import contract
@@ -36,23 +36,18 @@ HPA_WINDOW_S = 60
 
 @pytest.fixture(scope="module")
 def stack(new_project: Callable[..., Project], node_image: str) -> Project:  # noqa: F811
-    project = new_project("cycle", stack_file="e2e")
-    project.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
-    project.set_many(
-        {
-            **realnode.stack_settings(NS, node_image),
-            "epochs": EPOCHS,
-            "stepsPerEpoch": STEPS_PER_EPOCH,
-            "checkpointEvery": CHECKPOINT_EVERY,
-            "autoscalingMinReplicas": 2,
-            "autoscalingMaxReplicas": 3,
-            # No resize until the resize test lowers the target: a worker at its 1-CPU limit is
-            # exactly at 100 % of it (the HPA tolerates 10 %).
-            "autoscalingCpuLimitUtilization": 100,
-            "autoscalingScaleUpWindowSeconds": HPA_WINDOW_S,
-        }
-    )
-    return project
+    settings = {
+        "epochs": EPOCHS,
+        "stepsPerEpoch": STEPS_PER_EPOCH,
+        "checkpointEvery": CHECKPOINT_EVERY,
+        "autoscalingMinReplicas": 2,
+        "autoscalingMaxReplicas": 3,
+        # No resize until the resize test lowers the target: a worker at its 1-CPU limit is
+        # exactly at 100 % of it (the HPA tolerates 10 %).
+        "autoscalingCpuLimitUtilization": 100,
+        "autoscalingScaleUpWindowSeconds": HPA_WINDOW_S,
+    }
+    return realnode.real_stack(new_project, "cycle", NS, node_image, settings)
 
 
 def metrics_of(kube: Kube, pod: str) -> dict[str, float]:

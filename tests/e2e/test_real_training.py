@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e import realnode
-from tests.e2e.harness import KUBECONFIG, Kube, Project
+from tests.e2e.harness import Kube, Project
 from tests.e2e.test_image import REPOSITORY, built, docker  # noqa: F401 - fixture
 from trainer import contract
 
@@ -61,19 +61,14 @@ def node_image(built: str, real_node: str) -> str:  # noqa: F811 - the fixture
 
 @pytest.fixture(scope="module")
 def stack(new_project: Callable[..., Project], node_image: str) -> Project:
-    project = new_project("real", stack_file="e2e")
-    project.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
-    project.set_many(
-        {
-            **realnode.stack_settings(NS, node_image),
-            "epochs": EPOCHS,
-            "stepsPerEpoch": STEPS_PER_EPOCH,
-            "checkpointEvery": CHECKPOINT_EVERY,
-            # No HPA resize during this run (resizing on real CPU load is a scenario of its own).
-            "autoscalingMaxReplicas": 2,
-        }
-    )
-    return project
+    settings = {
+        "epochs": EPOCHS,
+        "stepsPerEpoch": STEPS_PER_EPOCH,
+        "checkpointEvery": CHECKPOINT_EVERY,
+        # No HPA resize during this run (resizing on real CPU load is a scenario of its own).
+        "autoscalingMaxReplicas": 2,
+    }
+    return realnode.real_stack(new_project, "real", NS, node_image, settings)
 
 
 def metrics_of(kube: Kube, pod: str) -> dict[str, float]:

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,17 +22,19 @@ from trainer.local import parse_events, worker_envs
 STS = "/apis/apps/v1/namespaces/local/statefulsets/tfd-worker"
 
 
-@pytest.fixture
-def api() -> Iterator[FakeApi]:
-    fake = FakeApi(replicas=1, update_revision="rev-a").start()
-    yield fake
-    fake.stop()
-
-
 def _finished(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     # What the default flags (3 epochs) ask for: finished.
     runs.write_done(str(root), runs.DoneRecord(192, 3, 64, 64, root.name))
+
+
+def _finished_worker(
+    api: FakeApi, tmp_path: Path, workers: int = 1, index: int = 0
+) -> dict[str, str]:
+    """The environment of worker ``index`` of the finished run ``run-1``, with API access."""
+    root = tmp_path / "run-1"
+    _finished(root)
+    return worker_envs(workers, str(root))[index] | api.env(tmp_path / "token")
 
 
 def _start(env: dict[str, str], *flags: str) -> subprocess.Popen[str]:
@@ -79,9 +80,7 @@ def test_scale_to_zero_needs_api_access(tmp_path: Path):
 @pytest.mark.parametrize("index", [0, 1], ids=["chief", "worker-1"])
 def test_finished_run_scales_to_zero_then_waits(api: FakeApi, tmp_path: Path, index: int):
     """Any worker that starts and finds the run finished scales the StatefulSet to zero."""
-    root = tmp_path / "run-1"
-    _finished(root)
-    env = worker_envs(2, str(root))[index] | api.env(tmp_path / "token")
+    env = _finished_worker(api, tmp_path, workers=2, index=index)
     proc = _start(env, "--on-done", "scale-to-zero")
     _until_api(api, "PATCH")
     code, out, err = _terminate(proc)
@@ -98,10 +97,8 @@ def test_finished_run_scales_to_zero_then_waits(api: FakeApi, tmp_path: Path, in
 
 
 def test_failed_scale_to_zero_exits_7_with_one_line(api: FakeApi, tmp_path: Path):
-    root = tmp_path / "run-1"
-    _finished(root)
     api.status["PATCH"] = 403
-    env = worker_envs(1, str(root))[0] | api.env(tmp_path / "token")
+    env = _finished_worker(api, tmp_path)
     proc = _start(env, "--on-done", "scale-to-zero")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_API, err[-1000:]
@@ -113,9 +110,7 @@ def test_failed_scale_to_zero_exits_7_with_one_line(api: FakeApi, tmp_path: Path
 
 @pytest.mark.parametrize("on_done", ["idle", "exit"])
 def test_other_modes_do_not_scale(api: FakeApi, tmp_path: Path, on_done: str):
-    root = tmp_path / "run-1"
-    _finished(root)
-    env = worker_envs(1, str(root))[0] | api.env(tmp_path / "token")
+    env = _finished_worker(api, tmp_path)
     proc = _start(env, "--on-done", on_done)
     if on_done == "idle":
         deadline = time.time() + 60
@@ -202,10 +197,8 @@ def test_failed_read_at_start_is_a_warning_without_replicas_from_the_api(
     api: FakeApi, tmp_path: Path
 ):
     """With TFD_REPLICAS_SOURCE=env the start-up read only serves the rollout check."""
-    root = tmp_path / "run-1"
-    _finished(root)
     api.status["GET"] = 500
-    env = worker_envs(1, str(root))[0] | api.env(tmp_path / "token")
+    env = _finished_worker(api, tmp_path)
     proc = _start(env, "--on-done", "exit")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_OK, err[-1000:]

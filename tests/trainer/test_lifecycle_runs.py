@@ -11,13 +11,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.trainer.fake_api import FakeApi, Seen
+from tests.trainer.waiting import until
 from trainer import contract, runs
 from trainer.errors import EXIT_OK, EXIT_RESTART
 from trainer.local import LocalCluster, parse_events, split_worker_output
@@ -28,16 +28,6 @@ TINY = ["--synthetic-examples", "512", "--batch-size", "32", "--steps-per-call",
 STEPS_PER_EPOCH = 512 // 32
 SLOW = ["--synthetic-examples", "4096", "--batch-size", "16", "--steps-per-call", "2"]
 COMMON = ["--log-every", "0.05", "--intra-op-threads", "1", "--checkpoint-every", "8"]
-
-
-def _until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def _launch(root: Path, run_id: str, *flags: str) -> tuple[int, dict[str, Any], list[dict]]:
@@ -126,13 +116,6 @@ def test_same_identity_resumes_an_interrupted_run(tmp_path: Path):
     assert summary["final_step"] == 2 * 4096 // 16
 
 
-@pytest.fixture
-def api() -> Iterator[FakeApi]:
-    fake = FakeApi(replicas=1, update_revision="rev-a").start()
-    yield fake
-    fake.stop()
-
-
 def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -156,13 +139,13 @@ def test_scale_to_zero_after_the_final_model(api: FakeApi, tmp_path: Path):
     )  # fmt: skip
     cluster.start()
     try:
-        _until(lambda: api.calls("PATCH"), 120, "the scale PATCH")
+        until(lambda: api.calls("PATCH"), 120, "the scale PATCH")
         assert at_patch == dict.fromkeys(at_patch, True) and len(at_patch) == 3, at_patch
         (patch,) = api.calls("PATCH")
         assert patch.path.endswith("/statefulsets/tfd-worker/scale")
         assert patch.body == {"spec": {"replicas": 0}}
         worker = cluster.procs[0]
-        _until(lambda: worker.events("idle"), 30, "the wait after scaling")
+        until(lambda: worker.events("idle"), 30, "the wait after scaling")
         # Waiting is a blocked Event.wait: the trainer (the supervisor's child) uses no CPU.
         child = int(worker.events("start")[0]["pid"])
         used = _cpu_seconds(child)
@@ -183,9 +166,9 @@ def test_rollout_stops_every_worker_at_one_step_and_deletes_each_pod(api: FakeAp
     cluster = LocalCluster(2, str(root), args, extra_env=env, module="trainer.supervisor")
     cluster.start()
     try:
-        _until(lambda: cluster.procs[0].events("checkpoint"), 180, "a first checkpoint")
+        until(lambda: cluster.procs[0].events("checkpoint"), 180, "a first checkpoint")
         api.update_revision = "rev-b"  # the pod template changed (updateStrategy OnDelete)
-        _until(lambda: len(api.calls("DELETE")) == 2, 60, "both pods deleted")
+        until(lambda: len(api.calls("DELETE")) == 2, 60, "both pods deleted")
     finally:
         cluster.terminate()  # the kubelet's SIGTERM to each deleted pod
     assert cluster.wait(timeout_s=60) == [EXIT_RESTART, EXIT_RESTART], cluster.procs[1].lines[-10:]

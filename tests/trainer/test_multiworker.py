@@ -13,13 +13,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.trainer.waiting import until
 from trainer import contract
 from trainer.errors import EXIT_RESTART
 from trainer.local import LocalCluster, parse_events, worker_envs
@@ -42,16 +42,6 @@ TOTAL_STEPS_1_WORKER = 2 * 2048 // 32
 MAX_THREADS = 200
 """Threads a worker may hold: about 110 once TensorFlow is up on these machines; a thread per
 collective (a collective timeout) passed 500 within this run's 64 steps."""
-
-
-def _until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def _last_step(cluster: LocalCluster, worker: int = 0) -> int:
@@ -112,7 +102,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     peaks = [0, 0]
     sampler = _sample_threads(cluster, peaks)
     # Past the first checkpoint: it is saved before the next call starts.
-    _until(lambda: _last_step(cluster) > CHECKPOINT_EVERY, 120, "worker-0 progress")
+    until(lambda: _last_step(cluster) > CHECKPOINT_EVERY, 120, "worker-0 progress")
     scraped = _scrape(cluster.procs[0].metrics_port)
     ready = _http(cluster.procs[0].metrics_port, contract.READINESS_PATH)[0]
     codes = cluster.wait(timeout_s=180)
@@ -176,7 +166,7 @@ def test_done_marker_means_no_training(trained: dict[str, Any]):
     # Both must be idle before SIGTERM: a process still starting dies of its default action.
     for proc in cluster.procs:
         ready = proc.metrics_port
-        _until(lambda p=ready: _http(p, contract.READINESS_PATH)[0] == 200, 60, "workers ready")
+        until(lambda p=ready: _http(p, contract.READINESS_PATH)[0] == 200, 60, "workers ready")
     port = cluster.procs[1].metrics_port
     values = _scrape(port)
     assert values[contract.METRIC_COMPLETED] == 1
@@ -190,7 +180,7 @@ def test_done_marker_means_no_training(trained: dict[str, Any]):
 
 def test_kill_9_then_resume(trained: dict[str, Any], tmp_path: Path):
     cluster = _start(tmp_path, "--on-done", "exit")
-    _until(lambda: _last_step(cluster) >= 12, 120, "worker-0 past step 12")
+    until(lambda: _last_step(cluster) >= 12, 120, "worker-0 past step 12")
     reached = _last_step(cluster)
     killed_at = time.time()
     cluster.procs[1].proc.kill()
@@ -215,7 +205,7 @@ def test_sigterm_then_resume_with_fewer_workers(tmp_path: Path):
     the step and the learning rate follows the global batch (linear: 2x at 2 workers, 1x at 1),
     from the resume to the final checkpoint."""
     cluster = _start(tmp_path, "--on-done", "exit")
-    _until(lambda: _last_step(cluster) >= CHECKPOINT_EVERY, 120, "worker-0 past step 8")
+    until(lambda: _last_step(cluster) >= CHECKPOINT_EVERY, 120, "worker-0 past step 8")
     cluster.signal(1, signal.SIGTERM)
     assert cluster.wait(kill_on_failure=False, timeout_s=60) == [EXIT_RESTART, EXIT_RESTART]
     stops = [p.events("stop")[-1]["step"] for p in cluster.procs]
