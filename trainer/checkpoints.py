@@ -47,23 +47,28 @@ def gfile() -> Any:
     return tf.io.gfile
 
 
+def saved_attributes(path: str) -> set[str]:
+    """The top-level attribute names a checkpoint holds values under (``step``, ``model``...)."""
+    import tensorflow as tf
+
+    return {name.split("/", 1)[0] for name, _ in tf.train.list_variables(path)}
+
+
 def restore_extra(root: str, objects: Mapping[str, Any]) -> bool:
     """Restore ``objects`` (attribute name -> checkpointable) from the latest checkpoint when it
     holds every one of them: state that only some runs save, such as fp16's loss scale. False
     when there is no checkpoint or it lacks one of them (nothing is restored then)."""
     import tensorflow as tf
 
-    latest = tf.train.latest_checkpoint(join(root, CHECKPOINTS_SUBDIR))
-    if latest is None:
-        return False
-    saved = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(latest)}
-    if not set(objects) <= saved:
-        return False
+    directory = join(root, CHECKPOINTS_SUBDIR)
     try:
+        latest = tf.train.latest_checkpoint(directory)
+        if latest is None or not set(objects) <= saved_attributes(latest):
+            return False
         tf.train.Checkpoint(**objects).restore(latest).expect_partial()
     except (tf.errors.OpError, ValueError) as err:
         raise CheckpointError(
-            f"{latest}: cannot restore {sorted(objects)}: {first_line(err)}"
+            f"{directory}: cannot restore {sorted(objects)}: {first_line(err)}"
         ) from None
     return True
 
@@ -109,9 +114,7 @@ def restore(
         return 0
     global_batch = int(batch_var.numpy())
     try:
-        saved = tf.train.load_checkpoint(latest).has_tensor(
-            f"{GLOBAL_BATCH_KEY}/.ATTRIBUTES/VARIABLE_VALUE"
-        )
+        saved = GLOBAL_BATCH_KEY in saved_attributes(latest)
         objects = {**tracked, GLOBAL_BATCH_KEY: batch_var} if saved else tracked
         tf.train.Checkpoint(**objects).restore(latest).assert_existing_objects_matched()
     except (tf.errors.OpError, AssertionError, ValueError) as err:

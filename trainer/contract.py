@@ -101,6 +101,7 @@ REPLICAS_SOURCES = ("env", "api")
 RUN_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 """A run id: 1-63 letters, digits, ``-``, ``_``, ``.``, starting and ending with a letter or
 digit (a Kubernetes label value, a path segment, a Prometheus label value)."""
+RUN_ID_RULE = "1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
 
 ENTRYPOINT: tuple[str, ...] = ("python", "-m", "trainer.supervisor")
 """The trainer image's entrypoint: the supervisor, which runs ``python -m trainer <args>`` as
@@ -292,6 +293,11 @@ def api_configured(env: Mapping[str, str]) -> bool:
     return bool(env.get(ENV_API_URL, "").strip()) or replicas_source(env) == "api"
 
 
+def run_id_of(checkpoint_dir: str) -> str:
+    """The run id of a checkpoint directory: its last path segment (``<root>/<run id>``)."""
+    return checkpoint_dir.rstrip("/").rsplit("/", 1)[-1]
+
+
 def run_id_from_env(env: Mapping[str, str]) -> str:
     """The run id: ``TFD_RUN_ID``, which must be the last segment of ``TFD_CHECKPOINT_DIR``;
     when unset, that last segment itself (not validated: it only labels logs and metrics).
@@ -301,15 +307,12 @@ def run_id_from_env(env: Mapping[str, str]) -> str:
             directory's last segment.
     """
     directory = env.get(ENV_CHECKPOINT_DIR, "").strip().rstrip("/")
-    last = directory.rsplit("/", 1)[-1]
+    last = run_id_of(directory)
     explicit = env.get(ENV_RUN_ID, "").strip()
     if not explicit:
         return last
     if not RUN_ID.match(explicit):
-        raise ContractError(
-            f"{ENV_RUN_ID}: must be 1-63 letters, digits, '-', '_' or '.', starting and ending "
-            f"with a letter or digit; got {explicit!r}"
-        )
+        raise ContractError(f"{ENV_RUN_ID}: must be {RUN_ID_RULE}; got {explicit!r}")
     if last != explicit:
         raise ContractError(
             f"{ENV_CHECKPOINT_DIR}: must be '<root>/{explicit}' (one directory per "

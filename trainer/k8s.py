@@ -141,11 +141,6 @@ def statefulset_state(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> 
     return StatefulSetState(replicas, revision if isinstance(revision, str) else "")
 
 
-def live_replicas(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> int:
-    """``spec.replicas`` of this worker's StatefulSet (see :func:`statefulset_state`)."""
-    return statefulset_state(env, timeout_s).replicas
-
-
 def scale_to_zero(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> str:
     """PATCH the StatefulSet's ``scale`` subresource to ``spec.replicas: 0``; returns the URL.
 

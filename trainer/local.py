@@ -98,11 +98,6 @@ def free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in socks]
 
 
-def run_id_of(checkpoint_dir: str) -> str:
-    """The run id of a checkpoint directory: its last path segment (``<root>/<run id>``)."""
-    return checkpoint_dir.rstrip("/").rsplit("/", 1)[-1]
-
-
 def worker_envs(
     workers: int,
     checkpoint_dir: str,
@@ -132,7 +127,7 @@ def worker_envs(
                 contract.ENV_GRPC_PORT: str(grpc[i]),
                 contract.ENV_METRICS_PORT: str(metrics[i]),
                 contract.ENV_CHECKPOINT_DIR: checkpoint_dir,
-                contract.ENV_RUN_ID: run_id_of(checkpoint_dir),
+                contract.ENV_RUN_ID: contract.run_id_of(checkpoint_dir),
                 contract.ENV_WORKER_HOSTS: hosts,
             }
         )
@@ -315,7 +310,7 @@ def _summary_line(
         "wall_s": round(wall_s, 3),
         "restarts": restarts,
         "exit_code": code,
-        "run_id": run_id_of(root),
+        "run_id": contract.run_id_of(root),
         "checkpoint_dir": root,
         "launch_to_first_step_s": first_step_s,
     }
@@ -333,11 +328,11 @@ def _checkpoint_dir(args: argparse.Namespace) -> str:
     else:
         run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S")
         directory = f"{args.checkpoint_root.rstrip('/')}/{run_id}"
-    run_id = run_id_of(directory)
+    run_id = contract.run_id_of(directory)
     if not contract.RUN_ID.match(run_id):
         build_parser_local().error(
-            f"--run-id: must be 1-63 letters, digits, '-', '_' or '.', starting and ending with "
-            f"a letter or digit (the last segment of --checkpoint-dir counts); got {run_id!r}"
+            f"--run-id: must be {contract.RUN_ID_RULE} (the last segment of --checkpoint-dir "
+            f"counts); got {run_id!r}"
         )
     return directory
 

@@ -28,15 +28,12 @@ from trainer.checkpoints import GLOBAL_BATCH_KEY, LOSS_SCALE_KEY
 from trainer.config import Config
 from trainer.errors import DataError, RestartRequested, RolloutRequested, UsageError
 from trainer.evaluate import Evaluator
-from trainer.finish import MODEL_FILE, SUMMARY_FILE, classify, finish, weights_digest
+from trainer.finish import classify, finish
 from trainer.logs import Log
 from trainer.metrics import Metrics
 from trainer.signals import StopSignal, watch_tf_preemption
 from trainer.summaries import Summaries
 from trainer.watch import StatefulSetWatch
-
-__all__ = ["MODEL_FILE", "SUMMARY_FILE", "StopSignal", "Worker", "weights_digest"]
-_classify = classify  # the name the tests and earlier callers use
 
 
 class Worker:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer import checkpoints, contract, train
+from trainer import checkpoints, contract, finish, signals, train
 from trainer.cli import Config
 from trainer.local import worker_envs
 from trainer.logs import Log
@@ -26,7 +26,7 @@ def _worker(root: Path, config: Config | None = None) -> tuple[train.Worker, io.
         str(root),
         Log(0, stream),
         Metrics(),
-        train.StopSignal(),
+        signals.StopSignal(),
     )
     return worker, stream
 
@@ -176,7 +176,7 @@ def _tf_errors() -> dict[str, object]:
     ],
 )
 def test_classify(name: str, workers: int, expected: str):
-    got = train._classify(_tf_errors()[name], workers)
+    got = finish.classify(_tf_errors()[name], workers)
     assert type(got).__name__ == expected, f"{name} with {workers} workers -> {got!r}"
 
 
