@@ -156,13 +156,13 @@ class ClusterConfig:
         context: kube context name; ``None`` = the kubeconfig's current context.
         kubeconfig: secret kubeconfig contents; ``None`` = ``~/.kube/config`` / ``KUBECONFIG``.
         domain: cluster DNS domain (default ``cluster.local``).
-        api_server_cidrs: CIDRs of the API server endpoints (egress allowed only with
-            autoscaling on, when the trainer reads its StatefulSet).
+        api_server_cidrs: CIDRs of the API server endpoints (egress allowed on every stack:
+            the trainer reads and scales its StatefulSet and deletes its own pod).
         api_server_ports: TCP ports of those endpoints.
         dns_egress_cidrs: resolvers outside kube-dns (NodeLocal DNSCache, a metadata server)
             the pods may query on port 53.
         egress_https_cidrs: CIDRs the workers may reach on TCP 443 (dataset downloads, object
-            stores); empty = no egress beyond peers, DNS and (with autoscaling) the API server.
+            stores); empty = no egress beyond peers, DNS and the API server.
     """
 
     kind: str

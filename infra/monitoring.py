@@ -210,7 +210,9 @@ class Monitoring(Component):
     ) -> None:
         super().__init__("tfd:infra:Monitoring", name, opts)
         child = self.child_opts()
-        admin_secret_ref = GRAFANA_ADMIN_SECRET if args.grafana_admin_password else GRAFANA_SERVICE
+        admin_secret_ref = (
+            GRAFANA_ADMIN_SECRET if args.grafana_admin_password is not None else GRAFANA_SERVICE
+        )
         if args.install:
             self.release: k8s.helm.v3.Release | None = self._install(name, args)
             # Read the namespace through the release so these resolve once the stack exists.

@@ -18,7 +18,7 @@ from infra.image import PrebuiltImage, TrainerImage, image_args, prebuilt_image
 from infra.labels import selector_labels, standard_labels
 from infra.namespace import TrainingNamespace, TrainingNamespaceArgs
 from infra.network import NetworkPolicies, NetworkPoliciesArgs
-from infra.workers import CONTAINER_NAME, Workers, WorkersArgs
+from infra.workers import CONTAINER_NAME, Workers, WorkersArgs, max_replicas
 from trainer import contract
 
 if TYPE_CHECKING:
@@ -79,10 +79,9 @@ def logs_command(cfg: StackConfig) -> str:
     context = f"--context {cfg.cluster.context} " if cfg.cluster.context else ""
     if cfg.cluster.kubeconfig is not None:
         context = f"--kubeconfig <(pulumi config get kubeconfig) {context}"
-    most = max(cfg.workers.replicas, cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else 0)
     return (
         f"kubectl {context}-n {cfg.namespace} logs -f -l {selector} -c {CONTAINER_NAME} "
-        f"--prefix --max-log-requests {most}"
+        f"--prefix --max-log-requests {max_replicas(cfg)}"
     )
 
 
