@@ -20,12 +20,10 @@ recorded) and deletes the cluster's data; logs stay in ``.tools/cluster/logs``.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as `python tools/cluster.py`: make `tools` importable
     sys.path.insert(0, str(ROOT))
 
-from tools import real_node, real_node_config  # noqa: E402
+from tools import node_host, real_node, real_node_config  # noqa: E402
 
 TOOLS = ROOT / ".tools"
 BIN = TOOLS / "bin"
@@ -58,10 +56,9 @@ class ClusterError(RuntimeError):
     """The cluster could not be started or stopped; the message says which part and why."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+SETUP_ERRORS = (ClusterError, node_host.NodeError, subprocess.CalledProcessError, OSError)
+"""What starting a part can raise: a readiness probe retries on them, and ``main`` reports them
+in one line and stops what had started."""
 
 
 def _tool(name: str) -> str:
@@ -112,10 +109,6 @@ def _make_pki(
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
 
 
-def _b64(path: Path) -> str:
-    return base64.b64encode(path.read_bytes()).decode()
-
-
 def kubeconfig_text(server: str, pki: Path, user: str) -> str:
     """A self-contained kubeconfig (certificates inline) for ``user``'s client certificate."""
     doc = {
@@ -126,7 +119,7 @@ def kubeconfig_text(server: str, pki: Path, user: str) -> str:
                 "name": CONTEXT,
                 "cluster": {
                     "server": server,
-                    "certificate-authority-data": _b64(pki / "ca.crt"),
+                    "certificate-authority-data": node_host.file_b64(pki / "ca.crt"),
                 },
             }
         ],
@@ -134,8 +127,8 @@ def kubeconfig_text(server: str, pki: Path, user: str) -> str:
             {
                 "name": user,
                 "user": {
-                    "client-certificate-data": _b64(pki / f"{user}.crt"),
-                    "client-key-data": _b64(pki / f"{user}.key"),
+                    "client-certificate-data": node_host.file_b64(pki / f"{user}.crt"),
+                    "client-key-data": node_host.file_b64(pki / f"{user}.key"),
                 },
             }
         ],
@@ -146,11 +139,11 @@ def kubeconfig_text(server: str, pki: Path, user: str) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def _start(name: str, argv: Sequence[str], logs: Path, env: dict[str, str] | None = None) -> int:
+def _start(name: str, argv: Sequence[str], logs: Path) -> int:
     log = (logs / f"{name}.log").open("ab")
     proc = subprocess.Popen(  # noqa: S603 - our own binaries, fixed arguments
         argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True, env={**os.environ, **(env or {})},
+        start_new_session=True,
     )  # fmt: skip
     with (STATE / "pids").open("a") as f:
         f.write(f"{proc.pid} {name}\n")
@@ -173,7 +166,7 @@ def _wait(what: str, probe, timeout: float = START_TIMEOUT_S) -> None:  # noqa: 
         try:
             if probe():
                 return
-        except (ClusterError, OSError):
+        except SETUP_ERRORS:
             pass
         time.sleep(0.5)
     raise ClusterError(f"{what} not ready after {timeout:.0f} s (logs: {STATE / 'logs'})")
@@ -233,8 +226,9 @@ def up(node: str = "kwok") -> None:
     else:
         _make_pki(pki)
         address = "127.0.0.1"
-    etcd_port, etcd_peer, api_port = _free_port(), _free_port(), _free_port()
-    cm_port, sched_port, kwok_port = _free_port(), _free_port(), _free_port()
+    etcd_port, etcd_peer, api_port, cm_port, sched_port, kwok_port = (
+        node_host.free_port() for _ in range(6)
+    )
     server = f"https://{address}:{api_port}"
     users = ("admin", "controller-manager", "scheduler", "kwok")
     if real:
@@ -323,7 +317,7 @@ def up(node: str = "kwok") -> None:
     )  # fmt: skip
     if real:
         real_node.node_up(
-            STATE, pki, api_port, start=lambda n, a, env=None: _start(n, a, logs, env),
+            STATE, pki, api_port, start=lambda n, a: _start(n, a, logs),
             kubectl=_kubectl, wait=_wait, tool=_tool,
         )  # fmt: skip
         docs = real_node.volumes(STATE, STORAGE_CLASSES, VOLUMES_PER_CLASS)
@@ -445,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         up(args.node) if args.command == "up" else down()
-    except (ClusterError, real_node.NodeError, subprocess.CalledProcessError) as exc:
+    except SETUP_ERRORS as exc:
         print(f"cluster {args.command}: {exc}", file=sys.stderr)
         if args.command == "up":
             down(quiet=True)

@@ -3,11 +3,13 @@ tunables the kubelet sets; what ``up`` adds here, ``down`` removes or puts back.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -27,6 +29,18 @@ NFT_TABLES = (("ip", "kube-proxy"), ("ip6", "kube-proxy"))
 
 class NodeError(RuntimeError):
     """The real node could not start or stop; the message says which part and why."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def file_b64(path: Path) -> str:
+    """A file's bytes in base64 (a kubeconfig's or an APIService's ``*-data`` fields)."""
+    return base64.b64encode(path.read_bytes()).decode()
 
 
 def run(*argv: str, check: bool = True, stdin: bytes | None = None) -> str:

@@ -20,11 +20,9 @@ iptables canary chains) is recorded at ``up`` and put back at ``down``.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -47,7 +45,7 @@ from tools.real_node_config import (
     storage,
 )
 
-__all__ = ["NODE_IP", "NODE_NAME", "NodeError"]
+__all__ = ["NODE_IP", "NODE_NAME"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / ".tools" / "bin"
@@ -149,12 +147,6 @@ def host_up(state: Path) -> None:
     node_host.make_cgroups(NAMES)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _import_image(sock: Path, archive: bytes) -> None:
     node_host.run(
         "ctr", "--address", str(sock), "-n", "k8s.io", "images", "import", "-", stdin=archive
@@ -191,9 +183,9 @@ def node_up(
     """containerd, kubelet, kube-proxy, CoreDNS, kube-router (policies) and metrics-server, each
     waited for before the next, until the node is Ready and the metrics API answers."""
     ports = Ports(
-        api=api_port, kubelet=_free_port(), kubelet_healthz=_free_port(),
-        proxy_metrics=_free_port(), proxy_healthz=_free_port(),
-        metrics_server=_free_port(),
+        api=api_port, kubelet=node_host.free_port(), kubelet_healthz=node_host.free_port(),
+        proxy_metrics=node_host.free_port(), proxy_healthz=node_host.free_port(),
+        metrics_server=node_host.free_port(),
     )  # fmt: skip
     cd = state / "containerd"
     sock = cd / "containerd.sock"
@@ -268,7 +260,7 @@ def node_up(
             "--metric-resolution=15s",
         ],
     )  # fmt: skip
-    ca_bundle = base64.b64encode((pki / "ca.crt").read_bytes()).decode()
+    ca_bundle = node_host.file_b64(pki / "ca.crt")
     docs = metrics_api(ports, ca_bundle)
     kubectl(
         "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
