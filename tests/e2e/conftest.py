@@ -43,19 +43,52 @@ CLUSTER_STORY = (
     ("events", ("get", "events", "-A", "--sort-by=.lastTimestamp")),
 )
 STORY_EVENT_LINES = 60
+STORY_LOG_LINES = 30
+"""The last lines of each workload container's log, and of its previous instance when it
+restarted: why a trainer left or never answered its probes is in there."""
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+
+
+def _kubectl(kube: Kube, *args: str) -> str:
+    try:
+        return kube.run(*args, check=False)
+    except subprocess.TimeoutExpired:
+        return "(kubectl timed out)"
+
+
+def container_logs(kube: Kube) -> list[str]:
+    """``kubectl logs`` of every container on the real node outside the system namespaces
+    (``--previous`` too for a container that restarted); kwok's simulated pods have none."""
+    try:
+        pods = json.loads(kube.run("get", "pods", "-A", "-o", "json"))["items"]
+    except (AssertionError, ValueError, subprocess.TimeoutExpired) as err:
+        return [f"--- container logs ---\n(pods could not be listed: {err})"]
+    parts = []
+    for pod in pods:
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if namespace in SYSTEM_NAMESPACES or pod["spec"].get("nodeName") != NODE_NAME:
+            continue
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            tail = ("-n", namespace, name, "-c", status["name"], f"--tail={STORY_LOG_LINES}")
+            runs = [("previous instance", ("--previous",))] if status.get("restartCount") else []
+            runs.append(("current", ()))
+            for which, extra in runs:
+                out = _kubectl(kube, "logs", *tail, "--timestamps", *extra)
+                title = f"log of {namespace}/{name} {status['name']} ({which})"
+                parts.append(f"--- {title} ---\n{out.rstrip() or '(empty)'}")
+    return parts
 
 
 def cluster_story(kube: Kube) -> str:
-    """The cluster's state, as ``kubectl get`` prints it, for a failed test's report."""
+    """The cluster's state, as ``kubectl get`` prints it, and the workload containers' logs, for
+    a failed test's report."""
     parts = []
     for title, args in CLUSTER_STORY:
-        try:
-            out = kube.run(*args, check=False)
-        except subprocess.TimeoutExpired:
-            out = "(kubectl timed out)"
+        out = _kubectl(kube, *args)
         if title == "events":
             out = "\n".join(out.splitlines()[-STORY_EVENT_LINES:])
         parts.append(f"--- {title} ---\n{out.rstrip() or '(none)'}")
+    parts += container_logs(kube)
     return "\n".join(parts)
 
 
