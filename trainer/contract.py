@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from trainer.errors import EXIT_PEER_LOST, EXIT_RESTART, ContractError
+from trainer.errors import EXIT_NOT_ADMITTED, EXIT_PEER_LOST, EXIT_RESTART, ContractError
 
 # --- Environment variable names (set by the StatefulSet; the local launcher sets the same). ---
 ENV_POD_NAME = "TFD_POD_NAME"
@@ -68,6 +68,11 @@ rollouts) and may scale it to zero and delete its own pod (:data:`API_CALLS`).""
 ENV_SUPERVISOR_RESTARTS = "TFD_SUPERVISOR_RESTARTS"
 """Set by the supervisor (:data:`ENTRYPOINT`) for the trainer it starts: planned restarts so far
 in this container; exported as ``tfd_supervisor_restarts_total``. Never set by the manifest."""
+ENV_METRICS_FD = "TFD_METRICS_FD"
+"""Set by the supervisor for the trainer it starts: the descriptor of the listening socket on
+``TFD_METRICS_PORT``, which the supervisor holds for the container's life, so a probe during a
+planned restart waits for the next trainer instead of being refused. Never set by the
+manifest."""
 ENV_SUPERVISOR_MAX_RESTARTS = "TFD_SUPERVISOR_MAX_RESTARTS"
 """Optional: planned restarts allowed within ``TFD_SUPERVISOR_WINDOW_SECONDS`` before the
 supervisor gives up (default :data:`SUPERVISOR_MAX_RESTARTS`)."""
@@ -110,9 +115,15 @@ its child and restarts it at once, inside the container, when it exits with one 
 this (a test parses it); the StatefulSet sets only ``args`` (the trainer's flags)."""
 TRAINER_MODULE = "trainer"
 """The supervisor's child: ``python -m trainer <args>``."""
-SUPERVISOR_RESTART_CODES: tuple[int, ...] = (EXIT_PEER_LOST, EXIT_RESTART)
+SUPERVISOR_RESTART_CODES: tuple[int, ...] = (EXIT_PEER_LOST, EXIT_RESTART, EXIT_NOT_ADMITTED)
 """Exit codes of a planned restart (75: a peer died; 76: preempted, world size changed or
-rollout): the supervisor starts the trainer again. Any other code ends the container with it."""
+rollout; 77: not admitted yet): the supervisor starts the trainer again. Any other code ends the
+container with it."""
+SUPERVISOR_WAIT_CODES: tuple[int, ...] = (EXIT_NOT_ADMITTED,)
+"""Restarts that wait for the others: the pause doubles from :data:`SUPERVISOR_PAUSE_SECONDS`
+up to :data:`SUPERVISOR_MAX_WAIT_SECONDS` while they repeat, and the hot-loop guard does not
+count them (a joining worker may wait minutes for a large model's next checkpoint)."""
+SUPERVISOR_MAX_WAIT_SECONDS = 10.0
 SUPERVISOR_MAX_RESTARTS = 10
 """More planned restarts than this within :data:`SUPERVISOR_WINDOW_SECONDS` is a hot loop: the
 supervisor exits with the trainer's code (the kubelet's back-off takes over)."""
@@ -284,6 +295,13 @@ def grpc_port(env: Mapping[str, str]) -> int:
 def metrics_port(env: Mapping[str, str]) -> int:
     """The metrics/health port from the environment (default 8080, range 1-65535)."""
     return _int_in_range(env, ENV_METRICS_PORT, DEFAULT_METRICS_PORT, 1, 65535)
+
+
+def metrics_fd(env: Mapping[str, str]) -> int | None:
+    """The supervisor's listening socket (``TFD_METRICS_FD``), or ``None`` to bind the port."""
+    if not env.get(ENV_METRICS_FD, "").strip():
+        return None
+    return _int_in_range(env, ENV_METRICS_FD, None, 0, 2**31 - 1)
 
 
 def api_configured(env: Mapping[str, str]) -> bool:

@@ -29,6 +29,9 @@ EXIT_PEER_LOST = 75
 """A peer died or a collective timed out: restart every worker (EX_TEMPFAIL)."""
 EXIT_RESTART = 76
 """Preempted (SIGTERM) or the world size changed: a checkpoint was written, restart me."""
+EXIT_NOT_ADMITTED = 77
+"""The running cluster has no place for this worker yet: it joined a resize before the others
+stopped for the new world size. Try again after a pause (the supervisor's waiting restart)."""
 
 
 class TrainerError(Exception):
@@ -47,6 +50,11 @@ class ContractError(TrainerError):
     """The environment the StatefulSet (or the local launcher) gave the pod is inconsistent."""
 
     exit_code = EXIT_CONTRACT
+
+
+class ApiUnreachableError(ContractError):
+    """The StatefulSet read found no answer (connection, DNS, timeout) or a 429/5xx one: worth
+    another try, unlike a 403 or a malformed answer."""
 
 
 class DataError(TrainerError):
@@ -77,6 +85,13 @@ class PeerLostError(TrainerError):
     """A collective failed because a peer stopped answering (heartbeat or collective timeout)."""
 
     exit_code = EXIT_PEER_LOST
+
+
+class NotAdmittedError(TrainerError):
+    """The chief's coordination service runs a cluster without this task (a resize the other
+    workers have not stopped for yet)."""
+
+    exit_code = EXIT_NOT_ADMITTED
 
 
 class RestartRequested(TrainerError):  # noqa: N818 - a request, not a failure

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer import contract
-from trainer.errors import ApiError, ContractError
+from trainer.errors import ApiError, ApiUnreachableError, ContractError
 
 _TIMEOUT_S = 5.0
 MERGE_PATCH = "application/merge-patch+json"
@@ -123,15 +123,24 @@ def statefulset_state(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> 
     """``spec.replicas`` and ``status.updateRevision`` of this worker's StatefulSet.
 
     Raises:
-        ContractError: the token/CA cannot be read, the call fails, or the answer has no
+        ApiUnreachableError: no answer (connection, DNS, timeout) or HTTP 429/5xx: may pass on
+            another try.
+        ContractError: the token/CA cannot be read, the call is refused, or the answer has no
             positive integer ``spec.replicas``; the message names the URL or file.
     """
     url = statefulset_url(env)
     try:
         doc = _request(env, contract.API_CALLS[0], url, timeout_s=timeout_s)
     except urllib.error.HTTPError as err:
-        raise ContractError(f"GET {url}: {_why(err)}") from None
-    except (urllib.error.URLError, OSError, ValueError) as err:
+        transient = err.code == 429 or err.code >= 500
+        raise (ApiUnreachableError if transient else ContractError)(
+            f"GET {url}: {_why(err)}"
+        ) from None
+    except (urllib.error.URLError, OSError) as err:
+        # A certificate the CA bundle does not verify stays so: not worth another try.
+        permanent = isinstance(getattr(err, "reason", err), ssl.SSLCertVerificationError)
+        raise (ContractError if permanent else ApiUnreachableError)(f"GET {url}: {err}") from None
+    except ValueError as err:
         raise ContractError(f"GET {url}: {err}") from None
     doc = doc if isinstance(doc, dict) else {}
     replicas = (doc.get("spec") or {}).get("replicas")

@@ -21,17 +21,30 @@ Imports no TensorFlow at import time: signal handlers and ``/metrics`` come firs
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping
 
 from trainer import contract, k8s, runs
 from trainer.checkpoints import checkpoint_root
 from trainer.config import Config
-from trainer.errors import EXIT_OK, EXIT_RESTART, ContractError, RolloutRequested
+from trainer.errors import (
+    EXIT_OK,
+    EXIT_RESTART,
+    ApiUnreachableError,
+    ContractError,
+    RolloutRequested,
+)
 from trainer.logs import Log
 from trainer.metrics import Metrics, MetricsServer
 from trainer.signals import StopSignal
 from trainer.train import Worker
 from trainer.watch import Decision, decide_from_state
+
+START_READ_BUDGET_S = 60.0
+"""How long a worker that takes its world size from the API keeps trying the StatefulSet read at
+start: longer than an API server restart or a DNS hiccup, well inside the startup probe's five
+minutes (the probes answer meanwhile)."""
+START_READ_MAX_PAUSE_S = 10.0
 
 
 def run(config: Config, env: Mapping[str, str]) -> int:
@@ -48,19 +61,24 @@ def run(config: Config, env: Mapping[str, str]) -> int:
     run_id = contract.run_id_from_env(env)
     explicit_tf_config = bool(env.get(contract.ENV_TF_CONFIG, "").strip())
     source_api = not explicit_tf_config and contract.replicas_source(env) == "api"
-    state, unread = _read_statefulset(env, required=source_api) if api else (None, "")
-    replicas = state.replicas if source_api and state is not None else None
     stop = StopSignal()
     stop.install()
-    if replicas is not None and _ordinal(env) >= replicas:
-        return _surplus(env, replicas, stop)
-
-    spec = contract.cluster_spec_from_env(env, replicas)
-    log = Log(spec.task_index)
-    metrics = Metrics(spec.task_index, spec.num_workers)
+    # The probes answer before anything that can wait on the network (the StatefulSet read
+    # below, its DNS lookup): after a planned restart the supervisor's new child must answer
+    # the liveness probe within seconds, whatever the API server or DNS do. Task index -1 and
+    # world size 0 mean "not known yet".
+    metrics = Metrics(task_index=-1, world_size=0)
     revision = env.get(contract.ENV_POD_REVISION, "").strip()
     metrics.identify(run_id, revision, _supervisor_restarts(env))
-    MetricsServer(metrics, contract.metrics_port(env)).start()
+    MetricsServer(metrics, contract.metrics_port(env), fd=contract.metrics_fd(env)).start()
+    state, unread = _read_statefulset(env, source_api, stop) if api else (None, "")
+    replicas = state.replicas if source_api and state is not None else None
+    if replicas is not None and _ordinal(env) >= replicas:
+        return _surplus(env, replicas, metrics, stop)
+
+    spec = contract.cluster_spec_from_env(env, replicas)
+    metrics.place(spec.task_index, spec.num_workers)
+    log = Log(spec.task_index)
     if unread:
         log.event("warning", message=f"StatefulSet check at start failed: {unread}")
     if config.input_only:
@@ -94,17 +112,32 @@ def run(config: Config, env: Mapping[str, str]) -> int:
 
 
 def _read_statefulset(
-    env: Mapping[str, str], required: bool
+    env: Mapping[str, str], required: bool, stop: StopSignal
 ) -> tuple[k8s.StatefulSetState | None, str]:
     """The StatefulSet at start, or ``None`` and why not. Its replica count is required with
-    ``TFD_REPLICAS_SOURCE=api`` (a failure is a ContractError); otherwise it only serves the
-    rollout check, and a failure is a warning (the chief's poll tries again)."""
-    try:
-        return k8s.statefulset_state(env), ""
-    except ContractError as err:
-        if required:
-            raise
-        return None, str(err)
+    ``TFD_REPLICAS_SOURCE=api``: a read without an answer (connection, DNS, 429/5xx) is then
+    tried again for up to :data:`START_READ_BUDGET_S`, and a failure is a ContractError.
+    Otherwise it only serves the rollout check, and a failure is a warning (the chief's poll
+    tries again)."""
+    deadline = time.monotonic() + START_READ_BUDGET_S
+    pause = 1.0
+    while True:
+        try:
+            return k8s.statefulset_state(env), ""
+        except ApiUnreachableError as err:
+            if not required:
+                return None, str(err)
+            if time.monotonic() + pause > deadline:
+                raise
+            Log(None).event("warning", message=f"StatefulSet read at start failed; next try "
+                            f"in {pause:g} s: {err}")  # fmt: skip
+            if stop.event.wait(pause):  # terminated meanwhile: no more tries
+                raise
+            pause = min(2 * pause, START_READ_MAX_PAUSE_S)
+        except ContractError as err:
+            if required:
+                raise
+            return None, str(err)
 
 
 def _ordinal(env: Mapping[str, str]) -> int:
@@ -119,12 +152,11 @@ def _supervisor_restarts(env: Mapping[str, str]) -> int:
     return 0
 
 
-def _surplus(env: Mapping[str, str], replicas: int, stop: StopSignal) -> int:
+def _surplus(env: Mapping[str, str], replicas: int, metrics: Metrics, stop: StopSignal) -> int:
     ordinal = _ordinal(env)
     log = Log(ordinal)
-    metrics = Metrics(ordinal, replicas)
+    metrics.place(ordinal, replicas)
     metrics.ready = True
-    MetricsServer(metrics, contract.metrics_port(env)).start()
     log.event("surplus", reason=f"ordinal {ordinal} >= live replicas {replicas}: the "
               "StatefulSet is scaling down; waiting for termination")  # fmt: skip
     stop.event.wait()

@@ -18,7 +18,8 @@ from typing import Any, TextIO
 class Log:
     """Structured event lines on stdout; on a TTY, ``progress`` redraws one status line."""
 
-    def __init__(self, worker: int, stream: TextIO | None = None) -> None:
+    def __init__(self, worker: int | None, stream: TextIO | None = None) -> None:
+        """``worker``: the task index, or ``None`` before the worker knows it."""
         self.worker = worker
         self.stream = stream or sys.stdout
         self.tty = self.stream.isatty()

@@ -12,6 +12,7 @@ seconds" rule would restart healthy pods during a long first trace, data load or
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -72,7 +73,6 @@ class Metrics:
             "This worker's place in the job (labels).",
             registry=r,
         )
-        self.info.info({"task_index": str(task_index), "world_size": str(world_size)})
         self.examples_per_second = Gauge(
             contract.METRIC_EXAMPLES_PER_SECOND,
             "Global examples per second over the last interval.",
@@ -83,8 +83,12 @@ class Metrics:
             contract.METRIC_ACCURACY, "Training accuracy (0-1), last call.", registry=r
         )
         self.epoch = Gauge(contract.METRIC_EPOCH, "Current epoch (0-based).", registry=r)
-        self.world_size = Gauge(contract.METRIC_WORLD_SIZE, "Number of workers.", registry=r)
-        self.task_index = Gauge(contract.METRIC_TASK_INDEX, "This worker's index.", registry=r)
+        self.world_size = Gauge(
+            contract.METRIC_WORLD_SIZE, "Number of workers (0 until it is known).", registry=r
+        )
+        self.task_index = Gauge(
+            contract.METRIC_TASK_INDEX, "This worker's index (-1 until it is known).", registry=r
+        )
         self.checkpoint_step = Gauge(
             contract.METRIC_CHECKPOINT_STEP, "Step of the last checkpoint (-1: none).", registry=r
         )
@@ -123,9 +127,14 @@ class Metrics:
             lambda: time.time() - (self._last_ckpt_ts or self._started)
         )
         self.checkpoint_step.set(-1)
+        self.place(task_index, world_size)
+        self.ready = False
+
+    def place(self, task_index: int, world_size: int) -> None:
+        """This worker's index and the number of workers (the gauges and the info labels)."""
+        self.info.info({"task_index": str(task_index), "world_size": str(world_size)})
         self.task_index.set(task_index)
         self.world_size.set(world_size)
-        self.ready = False
 
     def identify(self, run_id: str, revision: str, supervisor_restarts: int) -> None:
         """The run and revision labels, and the supervisor's restart count so far."""
@@ -176,10 +185,21 @@ def _handler(metrics: Metrics) -> type[BaseHTTPRequestHandler]:
 
 
 class MetricsServer:
-    """Threaded HTTP server for metrics and probes; ``port=0`` picks a free port."""
+    """Threaded HTTP server for metrics and probes; ``port=0`` picks a free port. With ``fd``
+    (the supervisor's listening socket, ``contract.metrics_fd``) it serves that socket instead
+    of binding ``port``."""
 
-    def __init__(self, metrics: Metrics, port: int, host: str = "0.0.0.0") -> None:
-        self._server = ThreadingHTTPServer((host, port), _handler(metrics))
+    def __init__(
+        self, metrics: Metrics, port: int, host: str = "0.0.0.0", fd: int | None = None
+    ) -> None:
+        handler = _handler(metrics)
+        if fd is None:
+            self._server = ThreadingHTTPServer((host, port), handler)
+        else:
+            self._server = ThreadingHTTPServer((host, port), handler, bind_and_activate=False)
+            self._server.socket.close()
+            self._server.socket = socket.socket(fileno=fd)
+            self._server.server_address = self._server.socket.getsockname()
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(

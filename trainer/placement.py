@@ -22,8 +22,12 @@ from typing import Any
 
 from trainer import contract, runtime
 from trainer.config import Config
-from trainer.errors import PeerLostError
+from trainer.errors import NotAdmittedError, PeerLostError
 from trainer.logs import Log
+
+NOT_ADMITTED = "Unexpected task registered"
+"""What TensorFlow's coordination service answers a task that its running cluster does not have:
+the chief still runs the cluster from before a scale-up (``NotAdmittedError``, exit 77)."""
 
 
 def strategy(config: Config, spec: contract.ClusterSpec, log: Log) -> Any:
@@ -58,10 +62,13 @@ def strategy(config: Config, spec: contract.ClusterSpec, log: Log) -> Any:
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     except tf.errors.OpError as err:
         first = (getattr(err, "message", "") or str(err)).strip().splitlines()[:1]
-        raise PeerLostError(
-            f"cannot form the cluster {list(spec.workers)}: "
-            f"{first[0] if first else type(err).__name__}"
-        ) from None
+        why = first[0] if first else type(err).__name__
+        if NOT_ADMITTED in why:
+            raise NotAdmittedError(
+                f"the chief runs a cluster without task {spec.task_index} (the other workers "
+                f"have not stopped for {spec.num_workers} workers yet): {why}"
+            ) from None
+        raise PeerLostError(f"cannot form the cluster {list(spec.workers)}: {why}") from None
 
 
 def configure_heartbeat(spec: contract.ClusterSpec, timeout_s: float, log: Log) -> bool:

@@ -1,14 +1,26 @@
 """``python -m trainer.supervisor [trainer flags]``: the image entrypoint (``contract.ENTRYPOINT``).
 
-Runs ``python -m trainer <flags>`` as its child. A planned restart, exit 75 (a peer died) or 76
-(preempted, world size changed, rollout), starts the child again at once inside the same
-container, so the kubelet never sees it and applies no CrashLoopBackOff; the restarts are
-counted, logged, and passed to the child as ``TFD_SUPERVISOR_RESTARTS`` (exported as
+Runs ``python -m trainer <flags>`` as its child. A planned restart, exit 75 (a peer died), 76
+(preempted, world size changed, rollout) or 77 (not admitted yet, below), starts the child again
+inside the same container, so the kubelet never sees it and applies no CrashLoopBackOff; the
+restarts are counted, logged, and passed to the child as ``TFD_SUPERVISOR_RESTARTS`` (exported as
 ``tfd_supervisor_restarts_total``). Any other exit code (0, a real crash) ends the supervisor with
 that same code. SIGTERM and SIGINT are forwarded to the child; the supervisor then exits with
 the child's code and restarts nothing. More than ``TFD_SUPERVISOR_MAX_RESTARTS`` planned restarts
 within ``TFD_SUPERVISOR_WINDOW_SECONDS`` is a hot loop: the supervisor exits with the child's
 code and says so, and the kubelet's back-off takes over.
+
+Exit 77 is a worker that joined a resize before the others stopped for the new size: the chief's
+coordination service has no task for it yet. It waits for them: the pause doubles (1, 2, 4, 8,
+then every 10 s) while 77 repeats, and the hot-loop guard does not count it, since the others
+may need minutes to reach their next checkpoint.
+
+When ``TFD_METRICS_PORT`` is set (it is in a pod), the supervisor binds that port once and hands
+the listening socket to every child (``TFD_METRICS_FD``). Between two children the socket stays
+open: a liveness probe then waits in its backlog for the next child, which answers it within
+seconds, instead of being refused. A new worker joining a resize restarts every few seconds until
+the others have stopped for the new size; with a fresh bind per child, probes that came in
+step with those restarts could all be refused and the kubelet would kill the container.
 
 Standard library only, no TensorFlow: it is PID 1 of the container and must stay small.
 """
@@ -18,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +41,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from trainer import contract
+from trainer.errors import ContractError
 
 
 @dataclass(frozen=True)
@@ -85,6 +99,21 @@ class Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.signalled = threading.Event()
         self._lock = threading.Lock()
+        self.listener: socket.socket | None = None
+
+    def listen(self) -> None:
+        """Bind ``TFD_METRICS_PORT`` for the children (only when it is set: a local run without
+        it lets the child bind the default). A bad value or a port in use is left to the child,
+        which reports it in its own one-line error."""
+        if not self.env.get(contract.ENV_METRICS_PORT, "").strip():
+            return
+        try:
+            port = contract.metrics_port(self.env)
+            self.listener = socket.create_server(("0.0.0.0", port), backlog=64)
+        except (ContractError, OSError) as err:
+            _log("warning", message=f"metrics port not held across restarts: {err}")
+            return
+        self.listener.set_inheritable(True)
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._forward)
@@ -99,13 +128,18 @@ class Supervisor:
 
     def _start(self) -> subprocess.Popen[bytes]:
         env = {**self.env, contract.ENV_SUPERVISOR_RESTARTS: str(self.restarts)}
+        fds: tuple[int, ...] = ()
+        if self.listener is not None:
+            fds = (self.listener.fileno(),)
+            env[contract.ENV_METRICS_FD] = str(fds[0])
         with self._lock:
-            self.child = subprocess.Popen([*self.command, *self.argv], env=env)
+            self.child = subprocess.Popen([*self.command, *self.argv], env=env, pass_fds=fds)
             return self.child
 
     def run(self) -> int:
         """Supervise until the child ends for good; returns the exit code to leave with."""
         recent: deque[float] = deque()
+        waits = 0  # consecutive waiting restarts (contract.SUPERVISOR_WAIT_CODES)
         while True:
             child = self._start()
             if self.signalled.is_set():  # a signal that came while the child was starting
@@ -116,26 +150,40 @@ class Supervisor:
                 return code
             if code not in contract.SUPERVISOR_RESTART_CODES:
                 return code
-            now = time.monotonic()
-            recent.append(now)
-            while recent and now - recent[0] > self.limits.window_s:
-                recent.popleft()
-            if len(recent) > self.limits.max_restarts:
-                _log(
-                    "supervisor_exit",
-                    code=code,
-                    restarts=self.restarts,
-                    reason=f"hot loop: more than {self.limits.max_restarts} planned restarts "
-                    f"within {self.limits.window_s:g} s; exiting with the trainer's code {code} "
-                    "so the kubelet's back-off applies",
-                )
-                return code
+            if code in contract.SUPERVISOR_WAIT_CODES:
+                pause = waiting_pause(self.limits.pause_s, waits)
+                waits += 1
+            else:
+                pause, waits = self.limits.pause_s, 0
+                if self._hot_loop(recent):
+                    _log(
+                        "supervisor_exit",
+                        code=code,
+                        restarts=self.restarts,
+                        reason=f"hot loop: more than {self.limits.max_restarts} planned restarts "
+                        f"within {self.limits.window_s:g} s; exiting with the trainer's code "
+                        f"{code} so the kubelet's back-off applies",
+                    )
+                    return code
             self.restarts += 1
-            _log("restart", code=code, restarts=self.restarts, pause_s=self.limits.pause_s)
+            _log("restart", code=code, restarts=self.restarts, pause_s=pause)
             # A SIGTERM during the pause ends the supervisor instead of starting a new child.
-            if self.signalled.wait(self.limits.pause_s):
+            if self.signalled.wait(pause):
                 _log("supervisor_exit", code=code, reason="signalled between restarts")
                 return code
+
+    def _hot_loop(self, recent: deque[float]) -> bool:
+        """Count one planned restart now; whether there were too many within the window."""
+        now = time.monotonic()
+        recent.append(now)
+        while recent and now - recent[0] > self.limits.window_s:
+            recent.popleft()
+        return len(recent) > self.limits.max_restarts
+
+
+def waiting_pause(base_s: float, waits: int) -> float:
+    """The pause before waiting restart number ``waits + 1`` in a row: doubles, capped."""
+    return min(base_s * 2**waits, contract.SUPERVISOR_MAX_WAIT_SECONDS)
 
 
 def _exit_code(returncode: int) -> int:
@@ -148,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv, os.environ, Limits.from_env(os.environ)
     )
     supervisor.install()
+    supervisor.listen()
     return supervisor.run()
 
 

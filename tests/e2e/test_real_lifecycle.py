@@ -21,6 +21,8 @@ from tests.e2e.harness import Kube, Project
 from tests.e2e.test_image import built, docker  # noqa: F401 - fixtures and helper
 from tests.e2e.test_real_training import log_figure, node_image  # noqa: F401 - fixture
 from trainer import contract
+from trainer.errors import EXIT_NOT_ADMITTED
+from trainer.local import parse_events
 
 # One long run through every phase; each test waits for its phase (default limit: 300 s).
 pytestmark = [pytest.mark.real_node, pytest.mark.timeout(1500)]
@@ -170,17 +172,24 @@ def test_an_hpa_resize_restarts_the_trainer_in_place(
     log_figure("resize: target lowered to the HPA's scale-up", time.monotonic() - started)
 
     def three_training() -> bool:
+        # The world size is known before the first step; steps run by the process are not.
         return all(
-            metrics_of(kube, f"{STS}-{i}").get(contract.METRIC_WORLD_SIZE, 0) == 3 for i in range(3)
+            (m := metrics_of(kube, f"{STS}-{i}")).get(contract.METRIC_WORLD_SIZE, 0) == 3
+            and m.get(contract.METRIC_STEPS_TOTAL, 0) > 0
+            for i in range(3)
         )
 
     kube.wait_for("three workers training together", three_training, 600, 2)
     log_figure("resize: scale-up to three workers training", time.monotonic() - started)
+    joined = parse_events(kube.run("logs", "-n", NS, f"{STS}-2").splitlines(), "restart")
+    waits = [e for e in joined if e["code"] == EXIT_NOT_ADMITTED]
+    print(f"[real-node figure] resize: worker 2 restarts {len(joined)}, of which waiting for "
+          f"the others (exit 77) {len(waits)}, pauses {[e['pause_s'] for e in waits]}")  # fmt: skip
     now = workers(kube)
     for name, uid in before.items():
         assert now[name]["metadata"]["uid"] == uid, f"{name} was recreated by the resize"
-    waits = restarts_and_waits(kube)
-    assert all(r == (0, "") for r in waits.values()), f"container restarts/back-off: {waits}"
+    containers = restarts_and_waits(kube)
+    assert all(r == (0, "") for r in containers.values()), f"container restarts: {containers}"
     restarted = metrics_of(kube, f"{STS}-0").get(contract.METRIC_SUPERVISOR_RESTARTS, 0)
     assert restarted > restarts, "the supervisor did not restart the trainer for the new size"
 

@@ -209,8 +209,14 @@ def test_run_id_errors(directory: str, run_id: str, match: str):
 def test_supervisor_restarts_planned_codes_only():
     from trainer import errors
 
-    assert contract.SUPERVISOR_RESTART_CODES == (errors.EXIT_PEER_LOST, errors.EXIT_RESTART)
+    assert contract.SUPERVISOR_RESTART_CODES == (
+        errors.EXIT_PEER_LOST,
+        errors.EXIT_RESTART,
+        errors.EXIT_NOT_ADMITTED,
+    )
+    assert set(contract.SUPERVISOR_WAIT_CODES) <= set(contract.SUPERVISOR_RESTART_CODES)
     assert errors.RolloutRequested.exit_code == errors.EXIT_RESTART
+    assert errors.NotAdmittedError.exit_code == errors.EXIT_NOT_ADMITTED
 
 
 def test_api_calls_are_the_documented_three():

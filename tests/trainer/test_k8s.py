@@ -12,7 +12,7 @@ import pytest
 
 from tests.trainer.fake_api import FakeApi, Seen
 from trainer import contract, k8s
-from trainer.errors import EXIT_API, EXIT_CONTRACT, ApiError, ContractError
+from trainer.errors import EXIT_API, EXIT_CONTRACT, ApiError, ApiUnreachableError, ContractError
 
 STS = "/apis/apps/v1/namespaces/ml/statefulsets/tfd-worker"
 POD = "/api/v1/namespaces/ml/pods/tfd-worker-1"
@@ -103,6 +103,30 @@ def test_bad_statefulset_answers(
         monkeypatch.setattr(k8s, "_request", lambda *a, **k: body)
     with pytest.raises(ContractError, match=match) as info:
         k8s.statefulset_state(_env(api, tmp_path))
+    assert info.value.exit_code == EXIT_CONTRACT
+
+
+@pytest.mark.parametrize(
+    ("status", "url", "retry"),
+    [
+        (503, None, True),
+        (500, None, True),
+        (429, None, True),
+        (403, None, False),
+        (404, None, False),
+        (200, "http://127.0.0.1:9", True),  # refused: nothing listens
+        (200, "http://tfd-no-such-host.invalid", True),  # no DNS answer
+    ],
+    ids=["503", "500", "429", "403", "404", "refused", "dns"],
+)
+def test_which_statefulset_read_failures_are_worth_another_try(
+    api: FakeApi, tmp_path: Path, status: int, url: str | None, retry: bool
+):
+    api.status["GET"] = status
+    env = _env(api, tmp_path) | ({contract.ENV_API_URL: url} if url else {})
+    with pytest.raises(ContractError) as info:
+        k8s.statefulset_state(env, timeout_s=2)
+    assert isinstance(info.value, ApiUnreachableError) is retry, repr(info.value)
     assert info.value.exit_code == EXIT_CONTRACT
 
 

@@ -193,6 +193,111 @@ def test_supervisor_restart_count_is_exported(api: FakeApi, tmp_path: Path):
     assert os.environ.get(contract.ENV_SUPERVISOR_RESTARTS) is None
 
 
+def _probe(port: str, path: str) -> tuple[int, str]:
+    """Status and body of ``GET 127.0.0.1:<port><path>``; an HTTP error status is an answer."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_probes_answer_while_the_statefulset_read_waits(api: FakeApi, tmp_path: Path):
+    """A supervisor's new child answers its probes before the API (or DNS) does: a slow API
+    at start-up must not look like a dead container to the liveness probe."""
+    import threading
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold(seen: object) -> None:
+        held.set()
+        release.wait(60)
+
+    api.on_request = hold
+    env = worker_envs(2, str(tmp_path / "run-1"))[1] | api.env(tmp_path / "token")
+    env[contract.ENV_REPLICAS_SOURCE] = "api"
+    api.replicas = 1  # tfd-worker-1 is surplus once the read is answered
+    proc = _start(env)
+    try:
+        assert held.wait(60), "no StatefulSet read"
+        port = env[contract.ENV_METRICS_PORT]
+        deadline = time.time() + 30
+        while True:
+            try:
+                liveness = _probe(port, contract.LIVENESS_PATH)
+                break
+            except OSError as err:  # refused: the server is not up yet
+                assert time.time() < deadline, f"no probe server while the read waits: {err}"
+                time.sleep(0.1)
+        assert liveness == (200, "ok\n")
+        assert _probe(port, contract.READINESS_PATH)[0] == 503
+        metrics = _probe(port, contract.METRICS_PATH)[1]
+        assert f"{contract.METRIC_WORLD_SIZE} 0.0" in metrics, metrics
+        assert f"{contract.METRIC_TASK_INDEX} -1.0" in metrics, metrics
+        release.set()
+        deadline = time.time() + 60
+        while proc.stdout is not None and '"event": "surplus"' not in proc.stdout.readline():
+            assert time.time() < deadline and proc.poll() is None, "no surplus event"
+        metrics = _probe(port, contract.METRICS_PATH)[1]
+        assert f"{contract.METRIC_WORLD_SIZE} 1.0" in metrics, metrics
+        assert f"{contract.METRIC_TASK_INDEX} 1.0" in metrics, metrics
+        assert _probe(port, contract.READINESS_PATH)[0] == 200
+    finally:
+        release.set()
+        code, _, err = _terminate(proc)
+    assert code == EXIT_OK, err[-1000:]
+
+
+@pytest.mark.parametrize(
+    ("answers", "code"),
+    [
+        ([503, 503, 200], EXIT_OK),  # the API comes back: the worker goes on (here: surplus)
+        ([403], EXIT_CONTRACT),  # a refusal is not worth another try
+    ],
+    ids=["503-503-answer", "403-at-once"],
+)
+def test_start_up_read_of_the_world_size_tries_again_while_the_api_is_away(
+    api: FakeApi, tmp_path: Path, answers: list[int], code: int
+):
+    """The fake answers the GETs with ``answers`` in order (the last one from then on)."""
+    served: list[int] = []
+
+    def in_order(seen: object) -> None:
+        api.status["GET"] = answers[min(len(served), len(answers) - 1)]
+        served.append(api.status["GET"])
+
+    api.on_request = in_order
+    env = worker_envs(2, str(tmp_path / "run-1"))[1] | api.env(tmp_path / "token")
+    env[contract.ENV_REPLICAS_SOURCE] = "api"
+    proc = _start(env)
+    lines: list[str] = []
+    if code == EXIT_OK:
+        deadline = time.time() + 60
+        while proc.stdout is not None and '"event": "surplus"' not in (lines or [""])[-1]:
+            assert time.time() < deadline and proc.poll() is None, "no surplus event"
+            lines.append(proc.stdout.readline())
+        returncode, out, err = _terminate(proc)
+    else:
+        out, err = proc.communicate(timeout=60)
+        returncode = proc.returncode
+    assert returncode == code, err[-1000:]
+    # As answered: [503, 503, 200] and [403]. A request the trainer gave up on (its 5 s timeout,
+    # on a stalled machine) still takes its answer here and adds a retry, hence the prefix rule.
+    assert served[: len(answers) - 1] == answers[:-1] and served[-1] == answers[-1], served
+    logged = parse_events([*lines, *out.splitlines()], "warning")
+    assert len(logged) == len(served) - 1, lines
+    for n, event in enumerate(logged):
+        prefix = f"StatefulSet read at start failed; next try in {2**n} s: GET {api.url}{STS}: "
+        assert event["message"].startswith(prefix), event
+        assert "HTTP 503" in event["message"] or "timed out" in event["message"], event
+    if code != EXIT_OK:
+        last = err.strip().splitlines()[-1]
+        assert last.startswith(f"trainer: error: GET {api.url}{STS}: HTTP 403"), err
+
+
 def test_failed_read_at_start_is_a_warning_without_replicas_from_the_api(
     api: FakeApi, tmp_path: Path
 ):

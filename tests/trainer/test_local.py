@@ -66,6 +66,7 @@ def test_worker_envs_follow_the_contract(tmp_path: Path):
         (errors.ModelError, True),
         (errors.ApiError, True),  # RBAC or the API: a restart cannot fix it
         (errors.PeerLostError, False),
+        (errors.NotAdmittedError, False),  # the others stop for the new size: try again
         (errors.RestartRequested, False),
         (errors.TrainerError, False),  # EXIT_UNEXPECTED: may be transient (OOM), retried
     ],
@@ -86,6 +87,7 @@ def test_every_trainer_error_is_classified():
         errors.ModelError,
         errors.ApiError,
         errors.PeerLostError,
+        errors.NotAdmittedError,
         errors.RestartRequested,
     }
     assert set(errors.TrainerError.__subclasses__()) == known

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.trainer.waiting import until
 from trainer import contract
-from trainer.errors import EXIT_RESTART
-from trainer.local import LocalCluster, parse_events, worker_envs
+from trainer.errors import EXIT_NOT_ADMITTED, EXIT_RESTART
+from trainer.local import STATEFULSET, LocalCluster, free_ports, parse_events, worker_envs
 
 pytestmark = pytest.mark.slow
 
@@ -280,3 +280,34 @@ def test_sigterm_while_the_cluster_forms(tmp_path: Path):
     stops = [parse_events(out.splitlines(), "stop") for out, _ in outs]
     assert stops[0] and stops[0][0]["step"] == stops[1][0]["step"] <= CHECKPOINT_EVERY, stops
     assert (tmp_path / "checkpoints" / f"ckpt-{stops[0][0]['step']}.index").exists()
+
+
+def test_a_worker_that_joins_before_the_others_stop_waits_with_exit_77(tmp_path: Path):
+    """A scale-up's new worker starts while the two running workers still train as two: the
+    chief's coordination service refuses task 2, and the worker exits 77 (not admitted yet: the
+    supervisor waits and tries again) instead of 75, which the hot-loop guard would count."""
+    cluster = _start(tmp_path, "--on-done", "exit", "--epochs", "50")
+    try:
+        until(lambda: _last_step(cluster) >= 1, 120, "the two workers training")
+        grpc, metrics = free_ports(2)
+        env = cluster.procs[0].env | {
+            contract.ENV_POD_NAME: f"{STATEFULSET}-2",
+            contract.ENV_REPLICAS: "3",
+            contract.ENV_GRPC_PORT: str(grpc),
+            contract.ENV_METRICS_PORT: str(metrics),
+            contract.ENV_WORKER_HOSTS: f"{cluster.procs[0].env[contract.ENV_WORKER_HOSTS]},"
+            f"127.0.0.1:{grpc}",
+        }
+        joiner = subprocess.run(
+            [sys.executable, "-m", "trainer", *ARGS, "--on-done", "exit"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert all(p.proc.poll() is None for p in cluster.procs), "the running pair stopped"
+    finally:
+        cluster.kill()
+    assert joiner.returncode == EXIT_NOT_ADMITTED, joiner.stderr[-2000:]
+    last = joiner.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "trainer: error: the chief runs a cluster without task 2 (the other "
+        "workers have not stopped for 3 workers yet): Unexpected task"
+    ), last

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from trainer import contract
-from trainer.errors import EXIT_PEER_LOST, EXIT_RESTART
+from trainer.errors import EXIT_NOT_ADMITTED, EXIT_PEER_LOST, EXIT_RESTART
+from trainer.supervisor import waiting_pause
 
 FAKE_TRAINER = """
 import os, signal, sys, time
@@ -34,16 +35,38 @@ sys.exit(int(code))
 """
 
 
+SERVING_TRAINER = """
+import os, signal, sys, time
+from trainer import contract
+from trainer.metrics import Metrics, MetricsServer
+env = os.environ
+restarts = int(env[contract.ENV_SUPERVISOR_RESTARTS])
+metrics = Metrics()
+metrics.identify("run-1", "rev-a", restarts)
+MetricsServer(metrics, contract.metrics_port(env), fd=contract.metrics_fd(env)).start()
+if restarts < int(sys.argv[1]):  # serve a moment, then ask for a planned restart
+    time.sleep(0.3)
+    os._exit(76)
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+time.sleep(60)
+"""
+
+
 def _supervise(
-    tmp_path: Path, codes: str, env: dict[str, str] | None = None
+    tmp_path: Path,
+    codes: str,
+    env: dict[str, str] | None = None,
+    child: str = FAKE_TRAINER,
+    listen: bool = True,
 ) -> subprocess.Popen[str]:
     script = tmp_path / "fake_trainer.py"
-    script.write_text(FAKE_TRAINER)
+    script.write_text(child)
     runner = (
         "import sys; from trainer import supervisor; "
         f"s = supervisor.Supervisor(sys.argv[1:], __import__('os').environ, "
         f"supervisor.Limits.from_env(__import__('os').environ), "
-        f"command=[sys.executable, {str(script)!r}]); s.install(); sys.exit(s.run())"
+        f"command=[sys.executable, {str(script)!r}]); s.install(); "
+        f"{'s.listen(); ' if listen else ''}sys.exit(s.run())"
     )
     return subprocess.Popen(
         [sys.executable, "-c", runner, str(tmp_path / "starts.log"), codes, "--epochs", "2"],
@@ -101,6 +124,32 @@ def test_hot_loop_guard(tmp_path: Path):
     assert "hot loop: more than 2 planned restarts within 60 s" in str(last["reason"]), last
 
 
+def test_waiting_restarts_back_off_and_are_not_a_hot_loop(tmp_path: Path):
+    """Exit 77 (not admitted yet) five times, with a guard that allows one planned restart: the
+    supervisor keeps waiting, doubling its pause, and the next 76 starts from the base pause."""
+    env = {
+        contract.ENV_SUPERVISOR_MAX_RESTARTS: "1",
+        contract.ENV_SUPERVISOR_WINDOW_SECONDS: "60",
+    }
+    wait = str(EXIT_NOT_ADMITTED)
+    proc = _supervise(tmp_path, ",".join([wait] * 5 + [str(EXIT_RESTART), wait, "0"]), env)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert len(_starts(tmp_path)) == 8
+    pauses = [e["pause_s"] for e in _events(out, "restart")]
+    assert pauses == [0.05, 0.1, 0.2, 0.4, 0.8, 0.05, 0.05], out
+    assert [e["code"] for e in _events(out, "restart")][5] == EXIT_RESTART
+
+
+@pytest.mark.parametrize(
+    ("base", "waits", "pause"),
+    [(1.0, 0, 1.0), (1.0, 1, 2.0), (1.0, 3, 8.0), (1.0, 4, 10.0), (1.0, 40, 10.0), (20.0, 0, 10.0)],
+)
+def test_waiting_pause_doubles_up_to_the_cap(base: float, waits: int, pause: float):
+    assert contract.SUPERVISOR_MAX_WAIT_SECONDS == 10.0
+    assert waiting_pause(base, waits) == pause
+
+
 def test_restarts_outside_the_window_do_not_count(tmp_path: Path):
     env = {
         contract.ENV_SUPERVISOR_MAX_RESTARTS: "1",
@@ -146,3 +195,55 @@ def test_entrypoint_runs_the_trainer_module():
         timeout=60,
     )
     assert out.returncode == 0 and "python -m trainer" in out.stdout, out.stderr[-500:]
+
+
+@pytest.mark.parametrize(
+    ("held", "refused"),
+    [(True, False), (False, True)],
+    ids=["socket-held-by-the-supervisor", "bound-by-each-child"],
+)
+def test_probes_are_answered_across_planned_restarts(tmp_path: Path, held: bool, refused: bool):
+    """With the port held by the supervisor, no probe is refused while the trainer restarts in
+    place (3 planned restarts, 1 s pauses); each child binding it itself leaves 1 s gaps, in
+    which a probe is refused (the second case shows that this test sees them)."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        contract.ENV_METRICS_PORT: str(port),
+        contract.ENV_SUPERVISOR_PAUSE_SECONDS: "1.0",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),  # the child imports trainer
+    }
+    # The fake child takes its restart count from argv[1] (the supervisor passes argv through).
+    proc = _supervise(tmp_path, "", env, child=SERVING_TRAINER.replace("sys.argv[1]", "3"),
+                      listen=held)  # fmt: skip
+    seen: set[int] = set()
+    errors: list[str] = []
+    deadline = time.time() + 60
+    url = f"http://127.0.0.1:{port}{contract.METRICS_PATH}"
+    try:
+        while 3 not in seen:
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"saw restarts {seen}, errors {errors[:3]}: {proc.communicate()[0]}")
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    text = resp.read().decode()
+                restarts = contract.METRIC_SUPERVISOR_RESTARTS
+                line = next(x for x in text.splitlines() if x.startswith(restarts))
+                seen.add(int(float(line.split()[-1])))
+            except OSError as err:
+                # Before the first child (or the supervisor) listens, refusals are expected; a
+                # request a child had accepted when it exited is dropped, not refused (one probe
+                # at most per restart, never three in a row).
+                if seen and isinstance(getattr(err, "reason", err), ConnectionRefusedError):
+                    errors.append(repr(err))
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert seen == {0, 1, 2, 3}, (seen, out)
+    assert bool(errors) is refused, errors[:3]
+    assert len(_events(out, "restart")) == 3, out
