@@ -73,6 +73,9 @@ ENV_METRICS_FD = "TFD_METRICS_FD"
 ``TFD_METRICS_PORT``, which the supervisor holds for the container's life, so a probe during a
 planned restart waits for the next trainer instead of being refused. Never set by the
 manifest."""
+ENV_START_DELAY_SECONDS = "TFD_START_DELAY_SECONDS"
+"""Set by the supervisor for the child it starts after exit 77: seconds to wait, serving the
+probes, before reading the StatefulSet and forming the cluster. Never set by the manifest."""
 ENV_SUPERVISOR_MAX_RESTARTS = "TFD_SUPERVISOR_MAX_RESTARTS"
 """Optional: planned restarts allowed within ``TFD_SUPERVISOR_WINDOW_SECONDS`` before the
 supervisor gives up (default :data:`SUPERVISOR_MAX_RESTARTS`)."""
@@ -120,10 +123,15 @@ SUPERVISOR_RESTART_CODES: tuple[int, ...] = (EXIT_PEER_LOST, EXIT_RESTART, EXIT_
 rollout; 77: not admitted yet): the supervisor starts the trainer again. Any other code ends the
 container with it."""
 SUPERVISOR_WAIT_CODES: tuple[int, ...] = (EXIT_NOT_ADMITTED,)
-"""Restarts that wait for the others: the pause doubles from :data:`SUPERVISOR_PAUSE_SECONDS`
-up to :data:`SUPERVISOR_MAX_WAIT_SECONDS` while they repeat, and the hot-loop guard does not
-count them (a joining worker may wait minutes for a large model's next checkpoint)."""
+"""Restarts that wait for the others: the next child waits (``TFD_START_DELAY_SECONDS``, its
+probes answered) a time that doubles from :data:`SUPERVISOR_PAUSE_SECONDS` up to
+:data:`SUPERVISOR_MAX_WAIT_SECONDS` while they repeat, and the hot-loop guard does not count
+them (a joining worker may wait minutes for a large model's next checkpoint), up to
+:data:`SUPERVISOR_MAX_WAITING_SECONDS` in a row."""
 SUPERVISOR_MAX_WAIT_SECONDS = 10.0
+SUPERVISOR_MAX_WAITING_SECONDS = 1800.0
+"""Consecutive exit-77 restarts for longer than this (the others never stopped for the new
+size): the supervisor exits 77 so that the kubelet's back-off shows it."""
 SUPERVISOR_MAX_RESTARTS = 10
 """More planned restarts than this within :data:`SUPERVISOR_WINDOW_SECONDS` is a hot loop: the
 supervisor exits with the trainer's code (the kubelet's back-off takes over)."""
@@ -302,6 +310,22 @@ def metrics_fd(env: Mapping[str, str]) -> int | None:
     if not env.get(ENV_METRICS_FD, "").strip():
         return None
     return _int_in_range(env, ENV_METRICS_FD, None, 0, 2**31 - 1)
+
+
+def start_delay_seconds(env: Mapping[str, str]) -> float:
+    """``TFD_START_DELAY_SECONDS`` (0 when unset): the supervisor's wait before this child forms
+    the cluster again."""
+    raw = env.get(ENV_START_DELAY_SECONDS, "").strip()
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= SUPERVISOR_MAX_WAIT_SECONDS:
+        raise ContractError(
+            f"{ENV_START_DELAY_SECONDS}: must be a number of seconds in "
+            f"[0, {SUPERVISOR_MAX_WAIT_SECONDS:g}]; got {raw!r}"
+        )
+    return value
 
 
 def api_configured(env: Mapping[str, str]) -> bool:

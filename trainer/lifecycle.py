@@ -32,6 +32,7 @@ from trainer.errors import (
     EXIT_RESTART,
     ApiUnreachableError,
     ContractError,
+    RestartRequested,
     RolloutRequested,
 )
 from trainer.logs import Log
@@ -71,6 +72,13 @@ def run(config: Config, env: Mapping[str, str]) -> int:
     revision = env.get(contract.ENV_POD_REVISION, "").strip()
     metrics.identify(run_id, revision, _supervisor_restarts(env))
     MetricsServer(metrics, contract.metrics_port(env), fd=contract.metrics_fd(env)).start()
+    delay = contract.start_delay_seconds(env)
+    if delay > 0:  # not admitted last time (exit 77): give the others time to stop
+        Log(None).event("waiting", seconds=delay,
+                        reason="not admitted yet: waiting for the other workers to stop for the "
+                        "new world size")  # fmt: skip
+        if stop.event.wait(delay):
+            raise RestartRequested("stopped (SIGTERM) while waiting to be admitted")
     state, unread = _read_statefulset(env, source_api, stop) if api else (None, "")
     replicas = state.replicas if source_api and state is not None else None
     if replicas is not None and _ordinal(env) >= replicas:
@@ -132,7 +140,9 @@ def _read_statefulset(
             Log(None).event("warning", message=f"StatefulSet read at start failed; next try "
                             f"in {pause:g} s: {err}")  # fmt: skip
             if stop.event.wait(pause):  # terminated meanwhile: no more tries
-                raise
+                raise RestartRequested(
+                    f"stopped (SIGTERM) while the StatefulSet read was failing: {err}"
+                ) from None
             pause = min(2 * pause, START_READ_MAX_PAUSE_S)
         except ContractError as err:
             if required:

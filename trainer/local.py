@@ -159,7 +159,7 @@ class LocalCluster:
     """N trainer processes on loopback with the contract environment; one attempt.
 
     ``module`` is what each process runs: ``trainer`` (default), or ``trainer.supervisor``, the
-    image's entrypoint, which restarts the trainer in place on exit 75/76.
+    image's entrypoint, which restarts the trainer in place on exit 75/76/77.
     """
 
     def __init__(

@@ -13,6 +13,7 @@ seconds" rule would restart healthy pods during a long first trace, data load or
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +22,7 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 from trainer import contract
+from trainer.errors import ContractError
 
 prometheus_client.disable_created_metrics()
 
@@ -184,6 +186,15 @@ def _handler(metrics: Metrics) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    """Quiet about clients that went away: a probe the kubelet gave up on while it waited in the
+    supervisor's socket during a restart is answered to a closed connection."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class MetricsServer:
     """Threaded HTTP server for metrics and probes; ``port=0`` picks a free port. With ``fd``
     (the supervisor's listening socket, ``contract.metrics_fd``) it serves that socket instead
@@ -194,12 +205,18 @@ class MetricsServer:
     ) -> None:
         handler = _handler(metrics)
         if fd is None:
-            self._server = ThreadingHTTPServer((host, port), handler)
+            self._server = _Server((host, port), handler)
         else:
-            self._server = ThreadingHTTPServer((host, port), handler, bind_and_activate=False)
+            self._server = _Server((host, port), handler, bind_and_activate=False)
             self._server.socket.close()
-            self._server.socket = socket.socket(fileno=fd)
-            self._server.server_address = self._server.socket.getsockname()
+            try:
+                self._server.socket = socket.socket(fileno=fd)
+                self._server.server_address = self._server.socket.getsockname()
+            except OSError as err:
+                raise ContractError(
+                    f"{contract.ENV_METRICS_FD}: {fd} is not the supervisor's listening "
+                    f"socket: {err}"
+                ) from None
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(

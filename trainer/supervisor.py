@@ -11,9 +11,11 @@ within ``TFD_SUPERVISOR_WINDOW_SECONDS`` is a hot loop: the supervisor exits wit
 code and says so, and the kubelet's back-off takes over.
 
 Exit 77 is a worker that joined a resize before the others stopped for the new size: the chief's
-coordination service has no task for it yet. It waits for them: the pause doubles (1, 2, 4, 8,
-then every 10 s) while 77 repeats, and the hot-loop guard does not count it, since the others
-may need minutes to reach their next checkpoint.
+coordination service has no task for it yet. It waits for them: the next child, its probes
+answered, waits ``TFD_START_DELAY_SECONDS`` before it forms the cluster again, a time that
+doubles (1, 2, 4, 8, then every 10 s) while 77 repeats. The hot-loop guard does not count these
+restarts, since the others may need minutes to reach their next checkpoint; after 30 minutes of
+them the supervisor exits 77 and the kubelet's back-off shows it.
 
 When ``TFD_METRICS_PORT`` is set (it is in a pod), the supervisor binds that port once and hands
 the listening socket to every child (``TFD_METRICS_FD``). Between two children the socket stays
@@ -126,12 +128,17 @@ class Supervisor:
         if child is not None and child.poll() is None:
             child.send_signal(signum)
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self, delay_s: float) -> subprocess.Popen[bytes]:
         env = {**self.env, contract.ENV_SUPERVISOR_RESTARTS: str(self.restarts)}
+        # Only what this supervisor sets: never a descriptor or a delay from its own environment.
+        for key in (contract.ENV_METRICS_FD, contract.ENV_START_DELAY_SECONDS):
+            env.pop(key, None)
         fds: tuple[int, ...] = ()
         if self.listener is not None:
             fds = (self.listener.fileno(),)
             env[contract.ENV_METRICS_FD] = str(fds[0])
+        if delay_s > 0:
+            env[contract.ENV_START_DELAY_SECONDS] = f"{delay_s:g}"
         with self._lock:
             self.child = subprocess.Popen([*self.command, *self.argv], env=env, pass_fds=fds)
             return self.child
@@ -140,8 +147,10 @@ class Supervisor:
         """Supervise until the child ends for good; returns the exit code to leave with."""
         recent: deque[float] = deque()
         waits = 0  # consecutive waiting restarts (contract.SUPERVISOR_WAIT_CODES)
+        waiting_since = 0.0
+        delay = 0.0
         while True:
-            child = self._start()
+            child = self._start(delay)
             if self.signalled.is_set():  # a signal that came while the child was starting
                 child.terminate()
             code = _exit_code(child.wait())
@@ -151,10 +160,24 @@ class Supervisor:
             if code not in contract.SUPERVISOR_RESTART_CODES:
                 return code
             if code in contract.SUPERVISOR_WAIT_CODES:
-                pause = waiting_pause(self.limits.pause_s, waits)
+                # The next child waits with its probe server up (TFD_START_DELAY_SECONDS): the
+                # supervisor's own pause stays short, so no probe waits long on the socket.
+                waiting_since = waiting_since or time.monotonic()
+                if time.monotonic() - waiting_since > contract.SUPERVISOR_MAX_WAITING_SECONDS:
+                    _log(
+                        "supervisor_exit",
+                        code=code,
+                        restarts=self.restarts,
+                        reason=f"not admitted for over "
+                        f"{contract.SUPERVISOR_MAX_WAITING_SECONDS:g} s: the other workers never "
+                        f"stopped for the new size; exiting with {code} so the kubelet's "
+                        "back-off applies",
+                    )
+                    return code
+                delay = waiting_pause(self.limits.pause_s, waits)
                 waits += 1
             else:
-                pause, waits = self.limits.pause_s, 0
+                delay, waits, waiting_since = 0.0, 0, 0.0
                 if self._hot_loop(recent):
                     _log(
                         "supervisor_exit",
@@ -166,7 +189,11 @@ class Supervisor:
                     )
                     return code
             self.restarts += 1
-            _log("restart", code=code, restarts=self.restarts, pause_s=pause)
+            pause = self.limits.pause_s
+            if delay:
+                _log("restart", code=code, restarts=self.restarts, pause_s=pause, wait_s=delay)
+            else:
+                _log("restart", code=code, restarts=self.restarts, pause_s=pause)
             # A SIGTERM during the pause ends the supervisor instead of starting a new child.
             if self.signalled.wait(pause):
                 _log("supervisor_exit", code=code, reason="signalled between restarts")
@@ -182,7 +209,7 @@ class Supervisor:
 
 
 def waiting_pause(base_s: float, waits: int) -> float:
-    """The pause before waiting restart number ``waits + 1`` in a row: doubles, capped."""
+    """The wait before waiting restart number ``waits + 1`` in a row: doubles, capped."""
     return min(base_s * 2**waits, contract.SUPERVISOR_MAX_WAIT_SECONDS)
 
 

@@ -143,6 +143,20 @@ def test_metrics_port_errors(value: str):
         contract.metrics_port({contract.ENV_METRICS_PORT: value})
 
 
+@pytest.mark.parametrize(("value", "expected"), [("", 0.0), ("2.5", 2.5), ("10", 10.0)])
+def test_start_delay_seconds(value: str, expected: float):
+    assert contract.start_delay_seconds({contract.ENV_START_DELAY_SECONDS: value}) == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "10.5", "x"])
+def test_start_delay_seconds_errors(value: str):
+    with pytest.raises(ContractError) as info:
+        contract.start_delay_seconds({contract.ENV_START_DELAY_SECONDS: value})
+    assert str(info.value) == (
+        f"TFD_START_DELAY_SECONDS: must be a number of seconds in [0, 10]; got {value!r}"
+    )
+
+
 @pytest.mark.parametrize(("value", "expected"), [("", "env"), ("env", "env"), ("api", "api")])
 def test_replicas_source(value: str, expected: str):
     assert contract.replicas_source({contract.ENV_REPLICAS_SOURCE: value}) == expected

@@ -252,6 +252,38 @@ def test_probes_answer_while_the_statefulset_read_waits(api: FakeApi, tmp_path: 
 
 
 @pytest.mark.parametrize(
+    ("delay", "terminate", "code", "events"),
+    [
+        ("0.5", False, EXIT_OK, ["waiting", "done"]),  # waited, then goes on (here: finished)
+        ("10", True, EXIT_RESTART, ["waiting"]),  # the pod ends while it waits
+    ],
+    ids=["waits-then-goes-on", "sigterm-while-waiting"],
+)
+def test_a_child_told_to_wait_serves_its_probes_meanwhile(
+    api: FakeApi, tmp_path: Path, delay: str, terminate: bool, code: int, events: list[str]
+):
+    """After exit 77 the supervisor's next child waits TFD_START_DELAY_SECONDS before it reads
+    the StatefulSet and forms the cluster, answering its probes all the while."""
+    env = _finished_worker(api, tmp_path) | {contract.ENV_START_DELAY_SECONDS: delay}
+    proc = _start(env, "--on-done", "exit")
+    assert proc.stdout is not None
+    first = parse_events([proc.stdout.readline()])
+    assert first and first[0]["event"] == "waiting", first
+    assert first[0]["seconds"] == float(delay)
+    assert not api.seen, "read the StatefulSet before waiting"
+    assert _probe(env[contract.ENV_METRICS_PORT], contract.LIVENESS_PATH) == (200, "ok\n")
+    if terminate:
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err[-1000:]
+    assert [e["event"] for e in first + parse_events(out.splitlines())] == events, out
+    if terminate:
+        last = err.strip().splitlines()[-1]
+        assert last == "trainer: error: stopped (SIGTERM) while waiting to be admitted", err
+        assert not api.seen
+
+
+@pytest.mark.parametrize(
     ("answers", "code"),
     [
         ([503, 503, 200], EXIT_OK),  # the API comes back: the worker goes on (here: surplus)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import urllib.error
 import urllib.request
 
@@ -9,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from trainer import contract
+from trainer.errors import ContractError
 from trainer.metrics import Metrics, MetricsServer
 
 
@@ -88,3 +90,46 @@ def test_probes(served: tuple[Metrics, int], ready: bool, path: str, expected: i
     metrics, port = served
     metrics.ready = ready
     assert _get(port, path)[0] == expected, f"GET {path}"
+
+
+def test_serves_a_listening_socket_it_is_handed():
+    """The supervisor's held socket (``TFD_METRICS_FD``): the server answers on it and closing
+    the server leaves it listening for the next one."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        for _ in range(2):  # two children in turn on the same socket
+            server = MetricsServer(Metrics(), 0, fd=os.dup(held.fileno())).start()
+            assert server.port == port
+            assert _get(port, contract.LIVENESS_PATH) == (200, "ok\n")
+            server.stop()
+
+
+def test_a_bad_descriptor_is_one_contract_line():
+    with pytest.raises(ContractError) as info:
+        MetricsServer(Metrics(), 0, fd=987654)
+    assert str(info.value).startswith("TFD_METRICS_FD: 987654 is not the supervisor's listening "
+                                      "socket: ")  # fmt: skip
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("error", "printed"),
+    [(BrokenPipeError(32, "Broken pipe"), False), (ConnectionResetError(), False),
+     (ValueError("a bug"), True)],
+    ids=["broken-pipe", "reset", "other"],
+)  # fmt: skip
+def test_clients_that_went_away_are_not_a_traceback(
+    error: Exception, printed: bool, capsys: pytest.CaptureFixture[str]
+):
+    """A probe the kubelet gave up on while it waited on the held socket is answered to a closed
+    connection: no traceback for that, one for anything else."""
+    server = MetricsServer(Metrics(), 0, host="127.0.0.1")
+    try:
+        raise error
+    except Exception:  # noqa: BLE001 - handle_error reads the exception being handled
+        server._server.handle_error(None, ("127.0.0.1", 1))
+    finally:
+        server._server.server_close()
+    assert ("Traceback" in capsys.readouterr().err) is printed
