@@ -254,7 +254,7 @@ def test_probes_answer_while_the_statefulset_read_waits(api: FakeApi, tmp_path: 
 @pytest.mark.parametrize(
     ("delay", "terminate", "code", "events"),
     [
-        ("0.5", False, EXIT_OK, ["waiting", "done"]),  # waited, then goes on (here: finished)
+        ("4", False, EXIT_OK, ["waiting", "done"]),  # waited, then goes on (here: finished)
         ("10", True, EXIT_RESTART, ["waiting"]),  # the pod ends while it waits
     ],
     ids=["waits-then-goes-on", "sigterm-while-waiting"],
