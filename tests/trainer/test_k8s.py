@@ -16,6 +16,9 @@ from trainer.errors import EXIT_API, EXIT_CONTRACT, ApiError, ApiUnreachableErro
 
 STS = "/apis/apps/v1/namespaces/ml/statefulsets/tfd-worker"
 POD = "/api/v1/namespaces/ml/pods/tfd-worker-1"
+FAKE_TIMEOUT_S = 30.0
+"""Per call against the in-process fake: this 2-core machine has stalled the test process for
+over 5 s (the adapter's default), which would read as a timeout here."""
 
 
 @pytest.fixture
@@ -34,7 +37,7 @@ def _env(api: FakeApi, tmp_path: Path) -> dict[str, str]:
 
 
 def test_reads_replicas_and_update_revision(api: FakeApi, tmp_path: Path):
-    state = k8s.statefulset_state(_env(api, tmp_path))
+    state = k8s.statefulset_state(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S)
     assert state == k8s.StatefulSetState(replicas=4, update_revision="tfd-worker-7d9f")
     (seen,) = api.seen
     assert (seen.method, seen.path, seen.body) == ("GET", STS, None)
@@ -42,7 +45,7 @@ def test_reads_replicas_and_update_revision(api: FakeApi, tmp_path: Path):
 
 
 def test_scale_to_zero_patches_the_scale_subresource(api: FakeApi, tmp_path: Path):
-    url = k8s.scale_to_zero(_env(api, tmp_path))
+    url = k8s.scale_to_zero(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S)
     assert url == f"{api.url}{STS}/scale"
     (seen,) = api.seen
     assert (seen.method, seen.path) == ("PATCH", f"{STS}/scale")
@@ -52,7 +55,7 @@ def test_scale_to_zero_patches_the_scale_subresource(api: FakeApi, tmp_path: Pat
 
 
 def test_delete_own_pod(api: FakeApi, tmp_path: Path):
-    assert k8s.delete_own_pod(_env(api, tmp_path)) == f"{api.url}{POD}"
+    assert k8s.delete_own_pod(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S) == f"{api.url}{POD}"
     (seen,) = api.seen
     assert (seen.method, seen.path, seen.body) == ("DELETE", POD, None)
     assert seen.headers["Authorization"] == "Bearer s3cret"
@@ -61,7 +64,7 @@ def test_delete_own_pod(api: FakeApi, tmp_path: Path):
 
 def test_delete_of_a_pod_already_gone_is_fine(api: FakeApi, tmp_path: Path):
     api.status["DELETE"] = 404
-    k8s.delete_own_pod(_env(api, tmp_path))
+    k8s.delete_own_pod(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S)
     assert len(api.calls("DELETE")) == 1
 
 
@@ -79,7 +82,7 @@ def test_failed_lifecycle_call_names_url_and_status(
 ):
     api.status[method] = status
     with pytest.raises(ApiError) as info:
-        call(_env(api, tmp_path))  # type: ignore[operator]
+        call(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S)  # type: ignore[operator]
     assert info.value.exit_code == EXIT_API == 7
     text = str(info.value)
     assert text.startswith(f"{method} {api.url}{path}: HTTP {status} "), text
@@ -102,7 +105,7 @@ def test_bad_statefulset_answers(
     if body is not None:
         monkeypatch.setattr(k8s, "_request", lambda *a, **k: body)
     with pytest.raises(ContractError, match=match) as info:
-        k8s.statefulset_state(_env(api, tmp_path))
+        k8s.statefulset_state(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S)
     assert info.value.exit_code == EXIT_CONTRACT
 
 
@@ -125,14 +128,16 @@ def test_which_statefulset_read_failures_are_worth_another_try(
     api.status["GET"] = status
     env = _env(api, tmp_path) | ({contract.ENV_API_URL: url} if url else {})
     with pytest.raises(ContractError) as info:
-        k8s.statefulset_state(env, timeout_s=2)
+        k8s.statefulset_state(env, timeout_s=FAKE_TIMEOUT_S)
     assert isinstance(info.value, ApiUnreachableError) is retry, repr(info.value)
     assert info.value.exit_code == EXIT_CONTRACT
 
 
 def test_missing_update_revision_is_empty(api: FakeApi, tmp_path: Path, monkeypatch):
     monkeypatch.setattr(k8s, "_request", lambda *a, **k: {"spec": {"replicas": 2}})
-    assert k8s.statefulset_state(_env(api, tmp_path)).update_revision == ""
+    assert (
+        k8s.statefulset_state(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S).update_revision == ""
+    )
 
 
 def test_missing_token(api: FakeApi, tmp_path: Path):
@@ -192,9 +197,9 @@ def test_the_adapter_calls_exactly_api_calls(api: FakeApi, tmp_path: Path):
     """Every public call of the adapter, as RBAC sees it, is in API_CALLS, and together they
     are all of it; and the module has one place that sends requests (which checks API_CALLS)."""
     env = _env(api, tmp_path)
-    k8s.statefulset_state(env)
-    k8s.scale_to_zero(env)
-    k8s.delete_own_pod(env)
+    k8s.statefulset_state(env, timeout_s=FAKE_TIMEOUT_S)
+    k8s.scale_to_zero(env, timeout_s=FAKE_TIMEOUT_S)
+    k8s.delete_own_pod(env, timeout_s=FAKE_TIMEOUT_S)
     assert {_as_api_call(s) for s in api.seen} == set(contract.API_CALLS)
     source = inspect.getsource(k8s)
     assert source.count("urlopen(") == 1, "requests must all go through k8s._request"

@@ -199,7 +199,7 @@ def _probe(port: str, path: str) -> tuple[int, str]:
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as resp:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()
@@ -276,7 +276,9 @@ def test_a_child_told_to_wait_serves_its_probes_meanwhile(
         proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err[-1000:]
-    assert [e["event"] for e in first + parse_events(out.splitlines())] == events, out
+    seen = [e["event"] for e in first + parse_events(out.splitlines())]
+    # A "warning" would be a StatefulSet read that timed out on a stalled machine: not the point.
+    assert [e for e in seen if e != "warning"] == events, out
     if terminate:
         last = err.strip().splitlines()[-1]
         assert last == "trainer: error: stopped (SIGTERM) while waiting to be admitted", err
