@@ -38,6 +38,7 @@ from trainer.errors import (
 from trainer.logs import Log
 from trainer.metrics import Metrics, MetricsServer
 from trainer.signals import StopSignal
+from trainer.supervisor import waiting_pause
 from trainer.train import Worker
 from trainer.watch import Decision, decide_from_state
 
@@ -45,7 +46,6 @@ START_READ_BUDGET_S = 60.0
 """How long a worker that takes its world size from the API keeps trying the StatefulSet read at
 start: longer than an API server restart or a DNS hiccup, well inside the startup probe's five
 minutes (the probes answer meanwhile)."""
-START_READ_MAX_PAUSE_S = 10.0
 
 
 def run(config: Config, env: Mapping[str, str]) -> int:
@@ -128,13 +128,16 @@ def _read_statefulset(
     Otherwise it only serves the rollout check, and a failure is a warning (the chief's poll
     tries again)."""
     deadline = time.monotonic() + START_READ_BUDGET_S
-    pause = 1.0
+    tries = 0
     while True:
         try:
             return k8s.statefulset_state(env), ""
         except ApiUnreachableError as err:
             if not required:
                 return None, str(err)
+            # The supervisor's schedule for waiting restarts: 1, 2, 4, 8, then 10 s.
+            pause = waiting_pause(1.0, tries)
+            tries += 1
             if time.monotonic() + pause > deadline:
                 raise
             Log(None).event("warning", message=f"StatefulSet read at start failed; next try "
@@ -143,7 +146,6 @@ def _read_statefulset(
                 raise RestartRequested(
                     f"stopped (SIGTERM) while the StatefulSet read was failing: {err}"
                 ) from None
-            pause = min(2 * pause, START_READ_MAX_PAUSE_S)
         except ContractError as err:
             if required:
                 raise

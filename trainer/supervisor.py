@@ -209,7 +209,9 @@ class Supervisor:
 
 
 def waiting_pause(base_s: float, waits: int) -> float:
-    """The wait before waiting restart number ``waits + 1`` in a row: doubles, capped."""
+    """Wait number ``waits + 1`` in a row: doubles from ``base_s``, capped at
+    ``contract.SUPERVISOR_MAX_WAIT_SECONDS``. The schedule of waiting restarts and of the
+    trainer's start-up StatefulSet read retries (``trainer.lifecycle``)."""
     return min(base_s * 2**waits, contract.SUPERVISOR_MAX_WAIT_SECONDS)
 
 
