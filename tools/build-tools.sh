@@ -107,10 +107,21 @@ EOF2
   link "$dir" "${tools[@]}"
 }
 
+# The provider plugin is registered under the version of the Python SDK the program pins (the
+# engine loads only a plugin of that version), read from requirements/infra.txt: one pin.
+kubernetes_sdk_version() {
+  sed -n 's/^pulumi-kubernetes==//p' "$root/requirements/infra.txt"
+}
+
 build_pulumi_kubernetes() {
-  local dir=$cache/pulumi-resource-kubernetes-$PULUMI_KUBERNETES_PLUGIN
+  local plugin patch
+  plugin=$(kubernetes_sdk_version)
+  patch=$root/tools/patches/pulumi-kubernetes-create-fails-on-existing.patch
+  # The source commit, the registered version and the patch are the cache key.
+  local dir
+  dir=$cache/pulumi-resource-kubernetes-$PULUMI_KUBERNETES_MODULE-$plugin-$(sha256sum "$patch" | cut -c1-12)
   if ! cached "$dir" pulumi-resource-kubernetes; then
-    log "building pulumi-resource-kubernetes $PULUMI_KUBERNETES_PLUGIN"
+    log "building pulumi-resource-kubernetes from $PULUMI_KUBERNETES_MODULE as $plugin (patched)"
     local mod
     mod=$(go mod download -json \
       "github.com/pulumi/pulumi-kubernetes/provider/v4@$PULUMI_KUBERNETES_MODULE" \
@@ -119,12 +130,15 @@ build_pulumi_kubernetes() {
     # The provider embeds generated files (schema-embed.json, terraform-mapping-embed.json) that
     # the module zip lacks: build from a writable copy after its own `go generate` step.
     cp -r "$mod" "$dir/provider" && chmod -R u+w "$dir/provider" && cd "$dir/provider"
+    # Released providers (4.29 on) create with a client-side create that fails on an existing
+    # object; this commit still upserts. The patch gives it the released behaviour (docs/e2e.md).
+    patch -p1 --quiet <"$patch"
     go mod edit -replace \
       "github.com/pulumi/pulumi-kubernetes/sdk/v4=github.com/pulumi/pulumi-kubernetes/sdk/v4@$PULUMI_KUBERNETES_GO_SDK"
     go mod download
-    (cd cmd/pulumi-resource-kubernetes && VERSION=$PULUMI_KUBERNETES_PLUGIN go run generate.go)
+    (cd cmd/pulumi-resource-kubernetes && VERSION=$plugin go run generate.go)
     go build -trimpath -o "$dir/bin/" \
-      -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$PULUMI_KUBERNETES_PLUGIN" \
+      -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$plugin" \
       ./cmd/pulumi-resource-kubernetes
   fi
   link "$dir" pulumi-resource-kubernetes
@@ -301,13 +315,12 @@ node_from_debian() {
 register_plugins() {
   # The engine must never try to download a plugin: register the built provider offline in the
   # Pulumi home the e2e tests use.
-  local home=$root/.tools/pulumi-home
+  local home=$root/.tools/pulumi-home plugin
+  plugin=$(kubernetes_sdk_version)
   mkdir -p "$home"
-  if ! PULUMI_HOME=$home "$bin/pulumi" plugin ls --json 2>/dev/null \
-    | grep -q "\"version\": \"$PULUMI_KUBERNETES_PLUGIN\""; then
-    PULUMI_HOME=$home PULUMI_SKIP_UPDATE_CHECK=true "$bin/pulumi" plugin install resource \
-      kubernetes "$PULUMI_KUBERNETES_PLUGIN" --file "$bin/pulumi-resource-kubernetes" >&2
-  fi
+  # Installed again each time: the binary behind a version can change (a new patch).
+  PULUMI_HOME=$home PULUMI_SKIP_UPDATE_CHECK=true "$bin/pulumi" plugin install resource \
+    kubernetes "$plugin" --file "$bin/pulumi-resource-kubernetes" --reinstall >&2
 }
 
 start=$(date +%s)

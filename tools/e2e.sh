@@ -9,6 +9,22 @@ py=.venv/bin/python
 source tools/versions.env
 start=$(date +%s)
 
+# Disk headroom, checked before anything starts: the trainer image is built into the Docker data
+# root and imported into the node's containerd (about 2.4 GB each, kept between runs), and the
+# real node evicts pods when the disk is nearly full. One line instead of a pod that never runs.
+min_free_gb=${TFD_E2E_MIN_FREE_GB:-10}
+cache_root=$HOME/.cache/tf-distributed
+mkdir -p "$cache_root"
+for dir in "$cache_root" "$root"; do
+  free_gb=$(df -P -BG "$dir" | awk 'NR == 2 {sub("G", "", $4); print $4}')
+  if [ "$free_gb" -lt "$min_free_gb" ]; then
+    echo "e2e: needs ${min_free_gb} GB free on the disk of $dir (images, cluster state); it has" \
+      "${free_gb} GB: free some space (TFD_E2E_MIN_FREE_GB sets the limit)" >&2
+    echo "e2e: 0 passed, 1 failed (not enough free disk)"
+    exit 1
+  fi
+done
+
 # A Docker daemon of our own for the image tests: a private socket, no bridge network and no
 # iptables rules (builds use the host's network), images kept by version in the tools cache.
 docker_dir=$root/.tools/docker
@@ -61,26 +77,4 @@ for node in $nodes; do
   $py -m tools.cluster down
 done
 stop_docker
-$py - "$up_total" "$(($(date +%s) - start))" "$status" "${reports[@]}" <<'PY'
-import sys
-import xml.etree.ElementTree as ET
-
-up_s, total_s, status, reports = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-passed = failed = skipped = 0
-for report in reports:
-    try:
-        suite = ET.parse(report).getroot()
-        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-        n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    except (OSError, ET.ParseError):
-        failed += 1
-        continue
-    failed += n["failures"] + n["errors"]
-    skipped += n["skipped"]
-    passed += n["tests"] - n["failures"] - n["errors"] - n["skipped"]
-if status and not failed:
-    failed = 1  # a cluster that did not start, or pytest stopped before writing its report
-print(f"e2e: {passed} passed, {failed} failed, {skipped} skipped "
-      f"(clusters up {up_s} s, whole run {total_s} s)")
-PY
-exit $status
+$py -m tools.e2e_summary "$up_total" "$(($(date +%s) - start))" "$status" "${reports[@]}"

@@ -145,6 +145,12 @@ def kubelet_config(names: Names, ports: Ports, state: Path, pki: Path) -> dict:
             "imagefs.available": "1%",
             "nodefs.inodesFree": "1%",
         },
+        # No image garbage collection: every image here was imported (nothing can be pulled
+        # again), and the kubelet measures the shared disk's use as capacity minus available,
+        # so other files on it once made it delete the sandbox image mid-suite. The default
+        # thresholds (85/80%) would start that at 85% of the host's disk.
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False,
         "shutdownGracePeriod": "0s",
         "protectKernelDefaults": False,

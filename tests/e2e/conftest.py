@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import KUBECONFIG, ROOT, TOOLS, Kube, Project
+from tests.e2e.realnode import CONTAINERD, ctr
+from tools.node_images import PAUSE_IMAGE
 from tools.real_node_config import NODE_NAME
 
 HERE = Path(__file__).resolve().parent
@@ -79,10 +81,44 @@ def container_logs(kube: Kube) -> list[str]:
     return parts
 
 
+def missing_images(kube: Kube) -> list[str]:
+    """Images that pods on the real node (and its sandboxes) need but its containerd no longer
+    has. Nothing can be pulled here: such an image was removed (image garbage collection, or a
+    cleanup), and the pod that needs it never runs."""
+    if not CONTAINERD.exists():
+        return []
+    try:
+        pods = json.loads(kube.run("get", "pods", "-A", "-o", "json"))["items"]
+        present = set(ctr("images", "ls", "-q", timeout=60).split())
+    except (AssertionError, ValueError, subprocess.TimeoutExpired):
+        return []
+    needed = {PAUSE_IMAGE: "every pod (sandbox image)"}
+    for pod in pods:
+        if pod["spec"].get("nodeName") != NODE_NAME:
+            continue
+        for container in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
+            needed.setdefault(container["image"], f"{pod['metadata']['namespace']}/"
+                              f"{pod['metadata']['name']}")  # fmt: skip
+    return [
+        f"image {image} is gone from the node's containerd (needed by {who}); it cannot be "
+        "pulled here: imported images must not be garbage-collected"
+        for image, who in sorted(needed.items())
+        if image not in present and _qualified(image) not in present
+    ]
+
+
+def _qualified(image: str) -> str:
+    """containerd's name for a short reference (``busybox:1`` -> ``docker.io/library/...``)."""
+    first = image.split("/", 1)[0]
+    if "/" in image and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if "/" in image else f"docker.io/library/{image}"
+
+
 def cluster_story(kube: Kube) -> str:
     """The cluster's state, as ``kubectl get`` prints it, and the workload containers' logs, for
     a failed test's report."""
-    parts = []
+    parts = [f"--- {line}" for line in missing_images(kube)]
     for title, args in CLUSTER_STORY:
         out = _kubectl(kube, *args)
         if title == "events":
@@ -174,10 +210,11 @@ def rendered_resources(stack: str) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def real_node(kube: Kube) -> str:
-    """The cluster's real node (its name); skips when the cluster runs kwok's nodes only."""
+    """The cluster's real node (its name); fails when the cluster runs kwok's nodes only (a
+    real-node test that did not run is not a pass)."""
     node = kube.get("node", NODE_NAME)
     if node is None:
-        pytest.skip(f"no real node {NODE_NAME}: `make cluster-up NODE=real` (make e2e starts one)")
+        pytest.fail(f"no real node {NODE_NAME}: `make cluster-up NODE=real` (make e2e starts one)")
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True", f"node {NODE_NAME} not Ready: {ready}"
     return NODE_NAME

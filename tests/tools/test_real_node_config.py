@@ -49,6 +49,9 @@ def test_kubelet_runs_on_cgroup_v1_with_cluster_dns_and_its_own_cgroup_root() ->
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
         "authorization": {"mode": "Webhook"},
+        # Imported images cannot be pulled again: the kubelet must never garbage-collect them.
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
     }
     for key, want in cases.items():
         assert cfg[key] == want, f"kubelet {key}: {cfg[key]!r}, want {want!r}"
