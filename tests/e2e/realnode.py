@@ -4,12 +4,13 @@ node's containerd (``make cluster-up NODE=real``; ``tools/real_node.py``)."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.harness import KUBECONFIG, TOOLS, Kube, Project
 from tools.node_images import BUSYBOX_IMAGE
@@ -198,6 +199,28 @@ def real_stack(
     return project
 
 
+def samples(text: str) -> dict[str, float]:
+    """The Prometheus exposition ``text``, parsed: the first sample of each sample name (a
+    counter's ``_total``, a histogram's ``_count``/``_sum``/``_bucket``), HELP and TYPE lines
+    aside. A malformed exposition fails the test."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, sample.value)
+    return out
+
+
+def series_with_samples(text: str) -> set[str]:
+    """Every series name of ``text`` that has at least one sample: sample names and, for a
+    histogram or summary, the family's own name."""
+    names: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        if family.samples:
+            names.add(family.name)
+            names.update(s.name for s in family.samples)
+    return names
+
+
 def pod_metrics(kube: Kube, namespace: str, pod: str) -> dict[str, float]:
     """``/metrics`` of ``pod`` through the API server's proxy to the pod: the first sample of
     each series name (empty when the pod does not answer)."""
@@ -206,9 +229,7 @@ def pod_metrics(kube: Kube, namespace: str, pod: str) -> dict[str, float]:
         f"/api/v1/namespaces/{namespace}/pods/{pod}:{contract.DEFAULT_METRICS_PORT}/proxy/metrics",
         check=False,
     )  # fmt: skip
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r"^([a-z_]+)(?:\{[^}]*\})? ([0-9.eE+-]+|NaN)$", line)
-        if m:
-            out.setdefault(m.group(1), float(m.group(2)))
-    return out
+    try:
+        return samples(text)
+    except ValueError:  # an error page from the proxy while the pod does not answer
+        return {}

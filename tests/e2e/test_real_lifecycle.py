@@ -56,6 +56,22 @@ def metrics_of(kube: Kube, pod: str) -> dict[str, float]:
     return realnode.pod_metrics(kube, NS, pod)
 
 
+def pod_creations(kube: Kube) -> dict[str, int]:
+    """How many times the StatefulSet controller has created each worker pod (its
+    ``SuccessfulCreate`` events; the recorder folds repeats into ``count``)."""
+    made: dict[str, int] = {}
+    for event in kube.items("events", NS):
+        involved = event["involvedObject"]
+        if involved.get("kind") != "StatefulSet" or event.get("reason") != "SuccessfulCreate":
+            continue
+        # "create Pod tfd-worker-0 in StatefulSet tfd-worker successful"
+        words = event.get("message", "").split()
+        if len(words) > 2 and words[:2] == ["create", "Pod"]:
+            times = (event.get("series") or {}).get("count") or event.get("count") or 1
+            made[words[2]] = made.get(words[2], 0) + times
+    return made
+
+
 def workers(kube: Kube) -> dict[str, dict]:
     return {
         p["metadata"]["name"]: p
@@ -103,6 +119,7 @@ def test_a_rollout_restarts_every_worker_once_and_resumes(
     realnode.ctr("images", "tag", "--force", f"docker.io/library/{node_image}",
                  f"docker.io/library/{rolled}")  # fmt: skip
     stack.set("imageReference", rolled)
+    created_before = pod_creations(kube)
     started = time.monotonic()
     stack.up()
     revision = kube.get("statefulset.apps", STS, NS)["status"]["updateRevision"]
@@ -124,6 +141,10 @@ def test_a_rollout_restarts_every_worker_once_and_resumes(
     images = {p["spec"]["containers"][0]["image"] for p in workers(kube).values()}
     assert images == {rolled}, images
     assert all(r == (0, "") for r in restarts_and_waits(kube).values()), restarts_and_waits(kube)
+    # Exactly once: each worker pod was created again once, not replaced twice on the way.
+    after = pod_creations(kube)
+    again = {n: after.get(n, 0) - created_before.get(n, 0) for n in sorted(before)}
+    assert again == dict.fromkeys(sorted(before), 1), f"pods created during the rollout: {again}"
 
 
 def test_a_deleted_pod_comes_back_and_an_eviction_is_refused(training: dict, kube: Kube) -> None:

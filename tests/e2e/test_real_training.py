@@ -116,6 +116,11 @@ def test_workers_reach_each_other_by_stable_names_and_others_are_denied(
     for port in (contract.DEFAULT_GRPC_PORT, contract.DEFAULT_METRICS_PORT):
         code, out = realnode.connect(kube, "intruder", NS, peer, port)
         assert code != 0 and ("refused" in out or "timed out" in out), f"intruder -> {port}: {out}"
+    # Positive controls: both ports listen, so the refusals above are the policy's. gRPC: worker 0
+    # reached worker 1 above; metrics: the node (the API server's proxy) reads worker 1's port.
+    assert metrics_of(kube, f"{STS}-1").get(contract.METRIC_WORLD_SIZE) == 2, (
+        f"{STS}-1 serves no metrics on {contract.DEFAULT_METRICS_PORT}: the refusal proves nothing"
+    )
     kube.run("delete", "pod", "intruder", "-n", NS, "--grace-period=1")
 
 
@@ -126,8 +131,11 @@ def test_metrics_through_the_service_carry_the_documented_series(
         "get", "--raw",
         f"/api/v1/namespaces/{NS}/services/{SERVICE}:{contract.METRICS_PORT_NAME}/proxy/metrics",
     )  # fmt: skip
-    missing = [name for name in contract.METRIC_NAMES if name not in text]
-    assert not missing, f"series missing from /metrics through the Service: {missing}"
+    # Parsed, not searched: a HELP line, or a longer name that contains the documented one,
+    # is no sample of the series.
+    present = realnode.series_with_samples(text)
+    missing = [name for name in contract.METRIC_NAMES if name not in present]
+    assert not missing, f"series without a sample in /metrics through the Service: {missing}"
 
 
 def test_a_worker_killed_with_sigkill_resumes_from_its_checkpoint(
