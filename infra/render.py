@@ -88,7 +88,12 @@ class Registered:
 
     @property
     def is_manifest(self) -> bool:
-        return "apiVersion" in self.inputs and "kind" in self.inputs
+        """A whole Kubernetes object (a ``...Patch`` resource holds only some of its fields)."""
+        return (
+            "apiVersion" in self.inputs
+            and "kind" in self.inputs
+            and not self.type.endswith("Patch")
+        )
 
     @property
     def kind(self) -> str:

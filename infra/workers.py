@@ -20,10 +20,19 @@ The run's lifecycle (``docs/infra.md``, "Lifecycle"):
 * Completion: with ``onDone: scale-to-zero`` the chief scales the StatefulSet to 0 through the
   ``scale`` subresource. ``spec.replicas`` then belongs to that field manager; Pulumi keeps its
   inputs, so ``pulumi preview`` shows no diff, and the HPA leaves a target at 0 alone.
+* The worker count: the StatefulSet resource sets ``spec.replicas`` when it is created and never
+  again (``ignoreChanges``): the HPA, a resize and the trainer's scale to zero own it later. A
+  ``StatefulSetPatch`` sets it to ``replicas`` (forced), and its Pulumi name carries a digest of
+  the run's target (:func:`run_target`): when the target changes (more epochs: continue a
+  finished run; a new worker count without an HPA) a new patch replaces the old one and the
+  workers come back, also after the HPA has stopped acting on a target at zero. An unchanged
+  target changes nothing, so a finished run stays at zero through ``pulumi up`` and ``pulumi
+  refresh`` (the patch ignores its own ``spec.replicas`` read back by a refresh).
 """
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 from dataclasses import dataclass
 
@@ -56,6 +65,13 @@ REVISION_LABEL = "controller-revision-hash"
 CLOUD_TIMEOUTS = pulumi.CustomTimeouts(create="30m", update="30m")
 """StatefulSet awaits on cloud stacks: a GPU node pool scaling up from zero and a multi-GB
 image pull each take minutes, beyond the provider's 10-minute default."""
+RUN_TARGET_ANNOTATION = "tf-distributed.io/run-target"
+"""Annotation of the worker count patch: what the run is asked to do (run id, epochs, steps per
+epoch, and the worker count when no autoscaler owns it). A new value brings a finished run's
+workers back; the same value leaves a finished run at zero (module docstring)."""
+PATCH_FORCE_ANNOTATION = "pulumi.com/patchForce"
+"""The provider's annotation for a forced server-side apply: the patch takes ``spec.replicas``
+back from whoever set it last (the trainer's scale to zero, the HPA)."""
 IMAGE_ID_ANNOTATION = "tf-distributed.io/image-id"
 """Pod-template annotation with the built image's ID/digest: a rebuilt image under the same tag
 (minikube) still changes the template and rolls the workers."""
@@ -324,6 +340,37 @@ def statefulset_manifest(
     }
 
 
+def run_target(cfg: StackConfig) -> str:
+    """What the run is asked to do: a change brings a finished run's workers back.
+
+    The worker count is part of it only without an autoscaler (the HPA owns the count then).
+    """
+    t = cfg.training
+    parts = [f"run={t.run_id}", f"epochs={t.epochs}", f"steps-per-epoch={t.steps_per_epoch}"]
+    if not cfg.autoscaling.enabled:
+        parts.append(f"replicas={cfg.workers.replicas}")
+    return " ".join(parts)
+
+
+def size_patch_manifest(cfg: StackConfig) -> dict:
+    """The ``StatefulSetPatch`` that sets the worker count for the current run target."""
+    return {
+        "metadata": {
+            "name": cfg.statefulset_name,
+            "namespace": cfg.namespace,
+            "annotations": {RUN_TARGET_ANNOTATION: run_target(cfg), PATCH_FORCE_ANNOTATION: "true"},
+        },
+        "spec": {"replicas": cfg.workers.replicas},
+    }
+
+
+def size_patch_name(name: str, cfg: StackConfig) -> str:
+    """The patch's Pulumi name: a new target is a new resource (create, then the old one's
+    delete gives up its fields), so the count is applied again exactly when the target changes."""
+    digest = hashlib.sha256(run_target(cfg).encode()).hexdigest()[:10]
+    return f"{name}-size-{digest}"
+
+
 def pdb_manifest(cfg: StackConfig) -> dict:
     """``maxUnavailable: 0``: a voluntary eviction (drain) must not break a running collective.
 
@@ -392,13 +439,23 @@ class Workers(Component):
             **kwargs(statefulset_manifest(cfg, args.image, args.pull_policy, args.image_id)),
             opts=self.child_opts(
                 depends_on=sts_deps,
-                # The HPA owns spec.replicas once it exists; `pulumi up` must not reset it.
-                ignore_changes=["spec.replicas"] if cfg.autoscaling.enabled else None,
+                # Set at creation only: the size patch below, the HPA, a resize and the
+                # trainer's scale to zero own it afterwards (module docstring).
+                ignore_changes=["spec.replicas"],
                 # A new runId is a new run: a fresh StatefulSet at `replicas` workers. Delete
                 # first: the old pods hold the GPUs (and the names) the new ones need.
                 replace_on_changes=[f'metadata.annotations["{RUN_ID_ANNOTATION}"]'],
                 delete_before_replace=True,
                 custom_timeouts=CLOUD_TIMEOUTS if cfg.cluster.kind == "cloud" else None,
+            ),
+        )
+        kubernetes.apps.v1.StatefulSetPatch(
+            size_patch_name(name, cfg),
+            **kwargs(size_patch_manifest(cfg)),
+            opts=self.child_opts(
+                depends_on=[self.statefulset],
+                # A refresh reads back the live count (0 once finished): not a reason to apply.
+                ignore_changes=["spec.replicas"],
             ),
         )
         kubernetes.policy.v1.PodDisruptionBudget(

@@ -120,14 +120,42 @@ def test_done_scales_to_zero_and_stays_without_diff(
     assert _pods(kube) == []
 
 
+def _resources(steps: list) -> set[tuple[str, str]]:
+    """(operation, name) of changed steps, the size patch's digest cut off its name."""
+    return {(s.op, s.name.split("-size-")[0]) for s in steps}
+
+
+def test_a_refresh_of_the_finished_run_changes_nothing(deployed: Project, kube: Kube) -> None:
+    # The refresh reads spec.replicas 0 back into the state: no reason to bring the pods back.
+    deployed.refresh()
+    deployed.preview(expect_no_changes=True)
+    deployed.up()
+    assert kube.get("statefulset.apps", STATEFULSET, NAMESPACE)["spec"]["replicas"] == 0
+    assert _pods(kube) == []
+
+
+def test_more_epochs_bring_the_finished_runs_workers_back(deployed: Project, kube: Kube) -> None:
+    # The HPA does nothing for a target at zero: the new size patch brings the workers back.
+    deployed.set("epochs", 7)
+    changed = _resources(deployed.preview().changed())
+    assert changed == {("update", "workers"), ("create", "workers"), ("delete", "workers")}, changed
+    deployed.up()
+    kube.wait_for("2 ready workers again", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 2)
+    args = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert args[args.index("--epochs") + 1] == "7", args
+    deployed.preview(expect_no_changes=True)
+
+
 def test_a_new_run_id_replaces_the_statefulset_at_full_size(deployed: Project, kube: Kube) -> None:
     deployed.set("runId", "2")
     preview = deployed.preview()
-    changed = {(s.op, s.name) for s in preview.changed()}
+    changed = _resources(preview.changed())
     assert changed and {name for _, name in changed} == {"workers"}, changed
     assert any(op in ("replace", "delete-replaced") for op, _ in changed), changed
     up = deployed.up()
-    assert {s.name for s in up.changed()} == {"workers"}, [(s.op, s.name) for s in up.changed()]
+    assert {name for _, name in _resources(up.changed())} == {"workers"}, up.changed()
     kube.wait_for("2 ready workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 2)
     sts = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
     assert sts["metadata"]["annotations"]["tf-distributed.io/run-id"] == "2"

@@ -53,17 +53,20 @@ def test_prod_example_deploys_its_gpu_workers_onto_the_gpu_node_only(
         assert limits.get("nvidia.com/gpu") == "1", f"pod {name}: limits {limits}"
         assert pod["spec"]["containers"][0]["image"] == PREBUILT
 
-    # Replicas with autoscaling off: the StatefulSet changes, and the Role's pod names shrink
-    # with it (a worker may delete only its own pod); `up` applies both.
+    # Replicas with autoscaling off: a new size patch sets the count (the StatefulSet's own
+    # spec.replicas is set at creation only), the pod template's world size changes, and the
+    # Role's pod names shrink with it (a worker may delete only its own pod); `up` applies all.
     prod.set("replicas", 2)
     changed = {s.name: s for s in prod.preview().changed()}
-    assert sorted((s.op, s.type, s.name) for s in changed.values()) == [
+    assert sorted((s.op, s.type, s.name.split("-size-")[0]) for s in changed.values()) == [
+        ("create", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
+        ("delete", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
         ("update", "kubernetes:apps/v1:StatefulSet", "workers"),
         ("update", "kubernetes:rbac.authorization.k8s.io/v1:Role", "training-trainer"),
     ], [(s.op, s.type, s.name, s.detailed_diff) for s in changed.values()]
     role_diff = changed["training-trainer"].detailed_diff
     assert set(role_diff) == {"rules[2].resourceNames[2]", "rules[2].resourceNames[3]"}, role_diff
-    assert "spec.replicas" in changed["workers"].detailed_diff, changed["workers"].detailed_diff
+    assert "spec.replicas" not in changed["workers"].detailed_diff, changed["workers"].detailed_diff
     prod.up()
     kube.wait_for("2 ready GPU workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 2)
     prod.preview(expect_no_changes=True)

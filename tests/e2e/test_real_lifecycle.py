@@ -235,6 +235,28 @@ def test_the_finished_run_frees_its_pods_and_stays_without_diff(
     assert kube.get("statefulset.apps", STS, NS)["spec"]["replicas"] == 0, "the HPA revived it"
 
 
+def test_more_epochs_continue_the_finished_run_under_its_autoscaler(
+    training: dict, stack: Project, kube: Kube
+) -> None:
+    # The HPA does nothing for a target at zero: the new target's size patch brings it back.
+    stack.set_many({"epochs": EPOCHS + 1, "autoscalingCpuLimitUtilization": 100})
+    claim = kube.items("persistentvolumeclaim", NS)[0]["metadata"]["name"]
+    summary_file = realnode.volume_dir(kube, NS, claim) / "tfd" / "1" / "summary.json"
+    started = time.monotonic()
+    stack.up()
+
+    def continued() -> dict | None:
+        try:
+            summary = json.loads(summary_file.read_text())
+        except (OSError, ValueError):  # being rewritten
+            return None
+        return summary if summary["final_step"] == (EPOCHS + 1) * STEPS_PER_EPOCH else None
+
+    kube.wait_for("the continued run's DONE", continued, 900, 2)
+    log_figure("lifecycle stack: continue with one more epoch to DONE", time.monotonic() - started)
+    kube.wait_for("no worker pod left", lambda: not workers(kube), 300, 2)
+
+
 def test_a_new_run_id_trains_from_step_zero_in_its_own_directory(
     training: dict, stack: Project, kube: Kube
 ) -> None:

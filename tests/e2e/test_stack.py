@@ -149,27 +149,46 @@ def test_no_changes_after_an_hpa_style_scale(first_up: Any, project: Project, ku
 def test_update_previews_exactly_the_change_and_up_applies_it(
     first_up: Any, project: Project, kube: Kube
 ) -> None:
-    project.set("epochs", 5)
+    # A new image: the pod template changes (a rollout), nothing else; the HPA's count stays.
     project.set("imageReference", "tf-distributed-trainer:0.2.0")
-    preview = project.preview()
-    changed = preview.changed()
+    changed = project.preview().changed()
     assert [(s.op, s.type, s.name) for s in changed] == [
         ("update", "kubernetes:apps/v1:StatefulSet", "workers")
     ], [(s.op, s.type, s.name, s.diffs) for s in changed]
-    # args[3] is the value of --epochs; the annotation carries the image for the rollout.
+    # The annotation carries the image for the rollout.
     assert changed[0].detailed_diff == {
         'spec.template.metadata.annotations["tf-distributed.io/image-id"]': "update",
-        "spec.template.spec.containers[0].args[3]": "update",
         "spec.template.spec.containers[0].image": "update",
     }, changed[0].detailed_diff
-
     up = project.up()
     assert [(s.op, s.name) for s in up.changed()] == [("update", "workers")]
     live = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
-    container = live["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == "tf-distributed-trainer:0.2.0"
-    assert container["args"][container["args"].index("--epochs") + 1] == "5", container["args"]
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        "tf-distributed-trainer:0.2.0"
+    )
     assert live["spec"]["replicas"] == 3, "the update reset the replica count the HPA owns"
+    project.preview(expect_no_changes=True)
+
+    # More epochs change the run's target: a new size patch replaces the old one and sets the
+    # count to `replicas` (what brings a finished run back; the HPA resizes from there).
+    project.set("epochs", 5)
+    changed = {(s.op, s.type, s.name.split("-size-")[0]): s for s in project.preview().changed()}
+    assert sorted(changed) == [
+        ("create", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
+        ("delete", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
+        ("update", "kubernetes:apps/v1:StatefulSet", "workers"),
+    ], [(s.op, s.type, s.name, s.diffs) for s in changed.values()]
+    sts_diff = changed["update", "kubernetes:apps/v1:StatefulSet", "workers"].detailed_diff
+    # args[3] is the value of --epochs.
+    assert sts_diff == {"spec.template.spec.containers[0].args[3]": "update"}, sts_diff
+    up = project.up()
+    assert sorted((s.op, s.name.split("-size-")[0]) for s in up.changed()) == [
+        ("create", "workers"), ("delete", "workers"), ("update", "workers"),
+    ]  # fmt: skip
+    live = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
+    container = live["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][container["args"].index("--epochs") + 1] == "5", container["args"]
+    assert live["spec"]["replicas"] == 2, "the new target's patch did not set the count"
     project.preview(expect_no_changes=True)
 
 

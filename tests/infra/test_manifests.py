@@ -6,6 +6,7 @@ import posixpath
 
 import pytest
 
+from infra import workers
 from infra.config import parse_config
 from infra.render import SECRET_TEXT, render_stack, stack_config
 from infra.stack import MONITORING_OUTPUTS
@@ -411,10 +412,44 @@ def test_stack_outputs(rendered):
     assert prod_image == rendered["prod"].outputs["image"]
 
 
-@pytest.mark.parametrize(("stack", "ignored"), [("dev", ("spec.replicas",)), ("prod", ())])
-def test_statefulset_leaves_replicas_to_the_hpa(rendered, stack, ignored):
+@pytest.mark.parametrize(
+    ("stack", "target"),
+    [
+        # dev: the HPA owns the count; prod: no HPA, so the count is part of the target.
+        ("dev", "run=1 epochs=3 steps-per-epoch=0"),
+        ("prod", "run=1 epochs=20 steps-per-epoch=0 replicas=4"),
+    ],
+)
+def test_the_worker_count_is_set_at_creation_and_by_the_size_patch(rendered, stack, target):
     (sts,) = [r for r in rendered[stack].resources if r.type == "kubernetes:apps/v1:StatefulSet"]
-    assert sts.ignore_changes == ignored, f"stack {stack}: ignore_changes {sts.ignore_changes}"
+    assert sts.ignore_changes == ("spec.replicas",), f"stack {stack}: StatefulSet ignore_changes"
+    (patch,) = [
+        r for r in rendered[stack].resources if r.type == "kubernetes:apps/v1:StatefulSetPatch"
+    ]
+    meta = patch.inputs["metadata"]
+    assert meta["name"] == sts.inputs["metadata"]["name"], f"stack {stack}: patch target"
+    assert meta["annotations"][workers.RUN_TARGET_ANNOTATION] == target, f"stack {stack}: {meta}"
+    assert meta["annotations"][workers.PATCH_FORCE_ANNOTATION] == "true"
+    assert patch.inputs["spec"] == {"replicas": sts.inputs["spec"]["replicas"]}
+    assert patch.ignore_changes == ("spec.replicas",), f"stack {stack}: patch ignore_changes"
+    assert patch.name.startswith("workers-size-"), patch.name
+
+
+DOCKER_HOST = "tcp://192.168.49.2:2376"
+"""What `minikube docker-env` gives: a minikube stack that builds its image needs it."""
+
+
+def _dev(**overrides: object) -> object:
+    flat = {f"tf-distributed:{k}": v for k, v in {"dockerHost": DOCKER_HOST, **overrides}.items()}
+    return parse_config(*stack_config("dev", flat), {})
+
+
+def test_a_new_target_is_a_new_size_patch_and_the_same_target_is_not() -> None:
+    same = workers.size_patch_name("workers", _dev())
+    assert workers.size_patch_name("workers", _dev(imageTag="0.9.9")) == same, "image: a rollout"
+    for key, value in (("epochs", 9), ("stepsPerEpoch", 7), ("runId", "r2")):
+        other = workers.size_patch_name("workers", _dev(**{key: value}))
+        assert other != same, f"{key}={value}: the finished run's workers would stay at zero"
 
 
 @pytest.mark.parametrize(("stack", "retain"), [("dev", False), ("prod", True)])
