@@ -38,7 +38,7 @@ from tests.policy.variants import STACKS, VARIANTS, Variant
 
 PACK = ROOT / "policy"
 PACK_NAME = "tf-distributed"
-FACT_POLICIES = ("images-pinned", "gpu-scheduling", "checkpoint-retention")
+FACT_POLICIES = ("images-pinned", "gpu-scheduling", "checkpoint-retention", "namespace-isolation")
 WORKFLOW = ROOT / ".github" / "workflows" / "preview.yml"
 PREBUILT = "registry.example/tfd/tf-distributed-trainer@sha256:" + "5" * 64
 

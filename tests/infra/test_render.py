@@ -20,7 +20,7 @@ def test_cli_writes_manifests_and_pulumi_records(tmp_path, capsys):
     for name in records:
         doc = yaml.safe_load((tmp_path / "pulumi" / name).read_text())
         assert "apiVersion" not in doc, f"pulumi/{name} would be mistaken for a manifest"
-    assert "13 manifests" in capsys.readouterr().out
+    assert "16 manifests" in capsys.readouterr().out
 
 
 def test_integers_are_written_as_integers(rendered_dirs):

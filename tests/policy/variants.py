@@ -142,6 +142,19 @@ def _deny_with_egress(resources: list[Registered]) -> None:
     deny["spec"]["egress"] = [{}]
 
 
+def _deny_selects_other_pods(resources: list[Registered]) -> None:
+    """The stack in a namespace it does not own (no Namespace), its deny-all policy aimed at
+    pods that are not the workers."""
+    _without("Namespace")(resources)
+    deny = next(
+        r.inputs
+        for r in resources
+        if r.inputs.get("kind") == "NetworkPolicy"
+        and r.inputs["metadata"]["name"].endswith("default-deny")
+    )
+    deny["spec"]["podSelector"] = {"matchLabels": {"app.kubernetes.io/instance": "other"}}
+
+
 def _hpa_target(field: str, value: str) -> Callable[[list[Registered]], None]:
     return lambda resources: one(resources, "HorizontalPodAutoscaler")["spec"][
         "scaleTargetRef"
@@ -400,6 +413,18 @@ VARIANTS = [
             "no default-deny NetworkPolicy",
             "fix: a NetworkPolicy with podSelector {}",
         ),
+    ),
+    Variant(
+        "existing-namespace-deny-misses-the-workers",
+        "dev",
+        _deny_selects_other_pods,
+        "namespace-isolation",
+        (
+            "namespace 'tfd-dev' (runs StatefulSet tfd-dev/tfd-worker)",
+            "no default-deny NetworkPolicy",
+            "or the workload's own labels",
+        ),
+        config={"namespaceMode": "existing"},
     ),
     Variant(
         "default-deny-allows-egress",
