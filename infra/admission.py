@@ -49,7 +49,12 @@ def service_account_user(cfg: StackConfig) -> str:
 
 def policy_name(cfg: StackConfig) -> str:
     """Cluster-wide unique per stack: namespace (no dots in a label) and StatefulSet name."""
-    return f"{cfg.namespace}.{cfg.statefulset_name}.scale-to-zero"
+    return policy_name_for(cfg.namespace, cfg.statefulset_name)
+
+
+def policy_name_for(namespace: str, statefulset: str) -> str:
+    """The policy's (and binding's) name for a StatefulSet in a namespace."""
+    return f"{namespace}.{statefulset}.scale-to-zero"
 
 
 def guarded_resources(rules: list[dict]) -> list[str]:

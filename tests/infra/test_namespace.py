@@ -3,10 +3,14 @@ and in one it does not own (rendered by the real program under mocks)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from infra.render import Rendered, render_stack
 
+ROOT = Path(__file__).resolve().parents[2]
 P = "tf-distributed:"
 EXISTING = {P + "namespaceMode": "existing"}
 OWN_POD_LABELS = {"app.kubernetes.io/name": "tf-distributed", "app.kubernetes.io/instance": "tfd"}
@@ -83,3 +87,21 @@ def test_monitoring_namespace_is_created_only_when_the_stack_owns_it(overrides, 
         assert release.inputs["namespace"] == "monitoring", release.inputs
         dashboard = result.one("ConfigMap")
         assert dashboard["metadata"]["namespace"] == "monitoring", dashboard["metadata"]
+
+
+def test_the_documented_adoption_commands_name_what_the_program_registers():
+    """docs/infra.md's commands after a Retain destroy: every URN, type, name and id is the
+    prod example's, as the program registers them."""
+    text = (ROOT / "docs" / "infra.md").read_text()
+    section = text[text.index("## Checkpoint retention") : text.index("## Lifecycle")]
+    resources = [*render_stack("prod").resources, *render_stack("prod", EXISTING).resources]
+    urns = {r.urn for r in resources}
+    named = set(re.findall(r"urn:pulumi:[^'\s]+", section))
+    assert len(named) == 4 and named <= urns, sorted(named - urns)
+    imports = re.findall(r"pulumi import (\S+) (\S+) (\S+)", section)
+    assert len(imports) == 2, imports
+    for type_, name, id_ in imports:
+        (res,) = [r for r in resources if (r.type, r.name) == (type_, name)][:1]
+        meta = res.metadata
+        expected = f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
+        assert id_ == expected, f"pulumi import {type_} {name}: id {id_}, program {expected}"
