@@ -43,7 +43,7 @@ from infra.image import mock_image_outputs
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
 STACKS = ("dev", "prod")
-USER_SECRETS: dict[str, tuple[str, ...]] = {"prod": ("kubeconfig", "grafanaAdminPassword")}
+USER_SECRETS: dict[str, tuple[str, ...]] = {"prod": ("grafanaAdminPassword",)}
 """Secrets an example stack's users set themselves (its stack file says how: a ciphertext only
 their secrets provider can decrypt cannot ship in the file); rendered as set, with the
 placeholder :data:`SECRET_TEXT`, unless the stack file or an override sets them."""

@@ -49,10 +49,9 @@ def _leaves(value):
 
 def test_secrets_are_placeholders_in_files(rendered_dirs):
     texts = [p.read_text() for p in rendered_dirs["prod"].rglob("*.yaml")]
-    provider = yaml.safe_load(
-        (rendered_dirs["prod"] / "pulumi" / "kubernetes-kubernetes.yaml").read_text()
-    )
-    assert provider["inputs"]["kubeconfig"] == render.SECRET_TEXT
+    manifests = rendered_dirs["prod"] / "manifests"
+    admin = yaml.safe_load((manifests / "secret-monitoring-tfd-grafana-admin.yaml").read_text())
+    assert admin["stringData"]["admin-password"] == render.SECRET_TEXT
     assert not any("Placeholder" in t for t in texts), "a secure: value was written"
 
 
