@@ -96,7 +96,7 @@ def test_cluster_scoped_names_are_unique_per_stack(overrides, name):
 def test_the_statefulset_waits_for_the_binding(overrides):
     # Created after the guard: no worker token exists before the policy holds.
     resources = render_stack("dev", overrides).resources
-    (sts,) = [r for r in resources if r.kind == "StatefulSet"]
+    (sts,) = [r for r in resources if r.type == "kubernetes:apps/v1:StatefulSet"]
     assert any(
         u.endswith(":ValidatingAdmissionPolicyBinding::scale-guard") for u in sts.dependencies
     ), f"StatefulSet dependencies: {sts.dependencies}"

@@ -27,14 +27,20 @@ UNKNOWN_STRING = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 """The policy SDK's sentinel for a string that is unknown during preview."""
 
 
+def _is(resource: Registered, kind: str) -> bool:
+    """``resource`` is an object of ``kind``: not a ``<Kind>Patch`` of one (the worker count's
+    StatefulSetPatch carries ``kind: StatefulSet`` too)."""
+    return resource.inputs.get("kind") == kind and not resource.type.endswith("Patch")
+
+
 def one(resources: list[Registered], kind: str) -> dict[str, Any]:
-    found = [r.inputs for r in resources if r.inputs.get("kind") == kind]
+    found = [r.inputs for r in resources if _is(r, kind)]
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
 
 
 def registered(resources: list[Registered], kind: str) -> Registered:
-    return next(r for r in resources if r.inputs.get("kind") == kind)
+    return next(r for r in resources if _is(r, kind))
 
 
 def pod(resources: list[Registered]) -> dict[str, Any]:
