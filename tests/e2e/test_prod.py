@@ -66,10 +66,14 @@ def test_prod_example_deploys_its_gpu_workers_onto_the_gpu_node_only(
         ("create", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
         ("delete", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
         ("update", "kubernetes:apps/v1:StatefulSet", "workers"),
+        ("update", "kubernetes:core/v1:ResourceQuota", "training-quota"),
         ("update", "kubernetes:rbac.authorization.k8s.io/v1:Role", "training-trainer"),
     ], [(s.op, s.type, s.name, s.detailed_diff) for s in changed.values()]
     role_diff = changed["training-trainer"].detailed_diff
     assert set(role_diff) == {"rules[2].resourceNames[2]", "rules[2].resourceNames[3]"}, role_diff
+    # The quota follows the worker count: every figure halves with it.
+    quota_diff = changed["training-quota"].detailed_diff
+    assert any(path.startswith("spec.hard") for path in quota_diff), quota_diff
     assert "spec.replicas" not in changed["workers"].detailed_diff, changed["workers"].detailed_diff
     prod.up()
     kube.wait_for("2 ready GPU workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 2)
