@@ -36,6 +36,13 @@ PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
 DISABLE_DEFAULT_PROVIDERS = "pulumi:disable-default-providers"
 
 CLUSTER_KINDS = ("minikube", "cloud")
+NAMESPACE_MODES = ("create", "existing")
+"""``namespaceMode``/``monitoringNamespaceMode``: ``create`` makes the namespace the stack's own
+(labelled by it, deleted with it); ``existing`` deploys into a namespace the stack does not own
+(no Namespace resource: its labels and its life are left to its owner)."""
+SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
+"""Namespaces every cluster has and needs; refused as the training or monitoring namespace (the
+stack would label them, put a default-deny NetworkPolicy on their pods and own their fate)."""
 RETENTION_POLICIES = ("Retain", "Delete")
 ON_DONE = ("scale-to-zero", "idle")
 """``onDone`` values; the trainer's ``--on-done`` also has ``exit`` (for local runs)."""
@@ -126,6 +133,22 @@ def parse_quantity(text: str) -> Decimal:
         return Decimal(match["num"]) * scale
     except InvalidOperation:
         raise ValueError(text) from None
+
+
+def scale_quantity(text: str | int, factor: int) -> str:
+    """A Kubernetes quantity times a whole ``factor``, in the same suffix (``16Gi`` x 4 ->
+    ``64Gi``, ``500m`` x 3 -> ``1500m``): exact, with no rounding through floats.
+
+    Raises:
+        ValueError: ``text`` is not a quantity.
+    """
+    match = _QUANTITY.match(str(text))
+    if not match:
+        raise ValueError(text)
+    number = Decimal(match["num"]) * factor
+    # 'f' never writes an exponent (Decimal('1E+2') -> '100'); drop a trailing '.0'.
+    digits = format(number.normalize(), "f") if number else "0"
+    return f"{digits}{match['suffix'] or ''}"
 
 
 # --- Typed configuration. ---
@@ -299,6 +322,13 @@ class MonitoringConfig:
     chart_version: str = ""
     install: bool = True
     grafana_admin_password: pulumi.Output[str] | None = None
+    namespace_mode: str = "create"
+
+    @property
+    def creates_namespace(self) -> bool:
+        """The installing stack creates (and owns) the monitoring namespace; a stack that does
+        not install, or ``monitoringNamespaceMode: existing``, never creates it."""
+        return self.install and self.namespace_mode == "create"
 
 
 @dataclass(frozen=True)
@@ -327,7 +357,9 @@ class StackConfig:
 
     Attributes:
         app_name: prefix of every Kubernetes object name (DNS label, <= 40 characters).
-        namespace: namespace of the training objects (created by the stack).
+        namespace: namespace of the training objects (never a system namespace).
+        namespace_mode: ``create`` (the stack creates and owns the namespace) or ``existing``
+            (it deploys into a namespace it does not own, see :data:`NAMESPACE_MODES`).
     """
 
     app_name: str
@@ -339,6 +371,12 @@ class StackConfig:
     autoscaling: AutoscalingConfig
     monitoring: MonitoringConfig
     image: ImageConfig = field(default_factory=ImageConfig)
+    namespace_mode: str = "create"
+
+    @property
+    def owns_namespace(self) -> bool:
+        """The stack creates the training namespace, labels it and deletes it on destroy."""
+        return self.namespace_mode == "create"
 
     @property
     def statefulset_name(self) -> str:
@@ -358,12 +396,18 @@ class StackConfig:
 
     @property
     def retains_checkpoint_claim(self) -> bool:
-        """``pulumi destroy`` keeps the checkpoint claim and the namespace that holds it.
+        """``pulumi destroy`` keeps the checkpoint claim (and the namespace that holds it).
 
         True with ``checkpointRetention: Retain`` and a claim (no ``checkpointUri``): deleting
-        the namespace would delete the claim, so both are ``retain_on_delete``.
+        the namespace would delete the claim, so a namespace the stack owns is
+        ``retain_on_delete`` as well (:attr:`retains_namespace`).
         """
         return self.storage.uri is None and self.storage.retention == "Retain"
+
+    @property
+    def retains_namespace(self) -> bool:
+        """``pulumi destroy`` keeps the namespace the stack created, for the claim it holds."""
+        return self.owns_namespace and self.retains_checkpoint_claim
 
     @property
     def replicas_source(self) -> str:
@@ -443,6 +487,17 @@ class _Reader:
         text = self.string(key, contract.DNS_LABEL, "must be a lowercase DNS label (<= 63)")
         if len(text) > 63:
             self.fail(key, "must be at most 63 characters", text)
+        return text
+
+    def namespace(self, key: str, check: bool = True) -> str:
+        """A namespace name: :meth:`dns_label`, and (``check``) never a system namespace."""
+        text = self.dns_label(key)
+        if check and text in SYSTEM_NAMESPACES:
+            self.fail(
+                key,
+                f"must not be a Kubernetes system namespace ({', '.join(SYSTEM_NAMESPACES)})",
+                text,
+            )
         return text
 
     def _array(self, key: str) -> tuple[Any, Any]:
@@ -653,7 +708,8 @@ def parse_config(
     app_name = r.string("appName", contract.DNS_LABEL, "must be a lowercase DNS label")
     if len(app_name) > 40:
         r.fail("appName", "must be at most 40 characters (pod names append suffixes)", app_name)
-    namespace = r.dns_label("namespace")
+    namespace = r.namespace("namespace")
+    namespace_mode = r.choice("namespaceMode", NAMESPACE_MODES)
 
     # Cluster.
     kind = r.choice("clusterKind", CLUSTER_KINDS)
@@ -792,7 +848,9 @@ def parse_config(
     # Monitoring.
     mon_on = r.boolean("monitoringEnabled")
     mon_install = r.boolean("monitoringInstall")
-    mon_ns = r.dns_label("monitoringNamespace")
+    # Checked only where used: with monitoring off the key names nothing on the cluster.
+    mon_ns = r.namespace("monitoringNamespace", check=mon_on)
+    mon_ns_mode = r.choice("monitoringNamespaceMode", NAMESPACE_MODES)
     if mon_on and mon_ns == namespace:
         r.fail("monitoringNamespace", f"must differ from namespace ({namespace})", mon_ns)
     chart_version = r.string(
@@ -854,6 +912,7 @@ def parse_config(
     return StackConfig(
         app_name=app_name,
         namespace=namespace,
+        namespace_mode=namespace_mode,
         cluster=ClusterConfig(
             kind=kind,
             context=context,
@@ -907,6 +966,7 @@ def parse_config(
             chart_version=chart_version,
             install=mon_install,
             grafana_admin_password=secret_values["grafanaAdminPassword"],
+            namespace_mode=mon_ns_mode,
         ),
         image=image,
     )

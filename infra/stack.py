@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pulumi
 
+from infra.admission import WorkerScaleGuard, WorkerScaleGuardArgs
 from infra.autoscaling import Autoscaler, AutoscalerArgs
 from infra.cluster import make_provider
 from infra.config import StackConfig
@@ -112,6 +113,7 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
             worker_selector=selector_labels(cfg),
             labels=standard_labels(cfg, "monitoring"),
             install=cfg.monitoring.install,
+            create_namespace=cfg.monitoring.creates_namespace,
         )
 
     provider = make_provider("kubernetes", cfg.cluster)
@@ -123,6 +125,10 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     namespace = TrainingNamespace("training", TrainingNamespaceArgs(cfg), on_cluster)
     in_namespace = pulumi.ResourceOptions(providers=[provider], depends_on=[namespace])
     NetworkPolicies("network", NetworkPoliciesArgs(cfg), in_namespace)
+    # Before any worker runs: the workers' scale calls are held at zero from their first call.
+    guard = WorkerScaleGuard(
+        "scale-guard", WorkerScaleGuardArgs(cfg, namespace.role_rules), on_cluster
+    )
     workers = Workers(
         "workers",
         WorkersArgs(
@@ -131,7 +137,7 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
             pull_policy=image.pull_policy,
             image_id=image.content_id,
         ),
-        in_namespace,
+        pulumi.ResourceOptions(providers=[provider], depends_on=[namespace, guard]),
     )
     if cfg.autoscaling.enabled:
         Autoscaler("autoscaler", AutoscalerArgs(cfg, workers.statefulset), in_namespace)

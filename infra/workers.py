@@ -91,6 +91,16 @@ def max_replicas(cfg: StackConfig) -> int:
     return cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else cfg.workers.replicas
 
 
+def container_resources(cfg: StackConfig) -> dict[str, dict[str, str | int]]:
+    """The trainer container's ``resources``: one worker's requests and limits (GPUs as a limit
+    only, which Kubernetes copies to the request). The namespace quota multiplies these."""
+    w = cfg.workers
+    limits: dict[str, str | int] = {"cpu": w.cpu_limit, "memory": w.memory_limit}
+    if w.gpus > 0:
+        limits[w.gpu_resource] = w.gpus
+    return {"requests": {"cpu": w.cpu_request, "memory": w.memory_request}, "limits": limits}
+
+
 def trainer_args(cfg: StackConfig) -> list[str]:
     """The container ``args`` (flags of ``python -m trainer``); the image owns the entrypoint."""
     t = cfg.training
@@ -226,9 +236,6 @@ def statefulset_manifest(
         image_id: value of the :data:`IMAGE_ID_ANNOTATION` pod-template annotation, if any.
     """
     w = cfg.workers
-    limits: dict[str, object] = {"cpu": w.cpu_limit, "memory": w.memory_limit}
-    if w.gpus > 0:
-        limits[w.gpu_resource] = w.gpus
     mounts = [{"name": "tmp", "mountPath": TMP_DIR}]
     volumes: list[dict] = [{"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}}]
     if not cfg.storage.uri:
@@ -287,10 +294,7 @@ def statefulset_manifest(
                 "protocol": "TCP",
             },
         ],
-        "resources": {
-            "requests": {"cpu": w.cpu_request, "memory": w.memory_request},
-            "limits": limits,
-        },
+        "resources": container_resources(cfg),
         # TensorFlow's import and the first collective take a while: the startup probe holds
         # the liveness probe off for up to 5 minutes.
         "startupProbe": _probe(contract.LIVENESS_PATH, 5, 60),

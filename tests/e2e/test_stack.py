@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from pulumi import automation as auto
+from pulumi.automation._stack import ImportResource
 
 from tests.e2e.conftest import rendered_resources
 from tests.e2e.harness import KUBECONFIG, Kube, Project
@@ -37,6 +38,11 @@ KUBECTL_KIND = {
     "StatefulSet": "statefulset.apps",
     "PodDisruptionBudget": "poddisruptionbudget.policy",
     "HorizontalPodAutoscaler": "horizontalpodautoscaler.autoscaling",
+    "ResourceQuota": "resourcequota",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicy.admissionregistration.k8s.io",
+    "ValidatingAdmissionPolicyBinding": (
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io"
+    ),
 }
 
 
@@ -235,6 +241,46 @@ def test_bad_config_fails_with_the_programs_message_and_creates_nothing(
     )
 
 
+def adopt_retained(project: Project) -> None:
+    """docs/infra.md's adoption after a Retain destroy: the namespace as an existing one, an up
+    without the claim (and what mounts it), the claim and the namespace imported into their
+    places in the program, the namespace the stack's own again."""
+    stack = project.stack.name
+    prefix = f"urn:pulumi:{stack}::tf-distributed::"
+    project.set("namespaceMode", "existing")
+    project.up(
+        exclude=[f"{prefix}tfd:infra:Workers$kubernetes:core/v1:PersistentVolumeClaim::"
+                 "workers-checkpoints"],
+        exclude_dependents=True,
+    )  # fmt: skip
+    project.stack.import_resources(
+        resources=[
+            ImportResource(
+                type="kubernetes:core/v1:PersistentVolumeClaim",
+                name="workers-checkpoints",
+                id=f"{NAMESPACE}/tfd-checkpoints",
+                parent="workers-component",
+                provider="provider",
+            ),
+            ImportResource(
+                type="kubernetes:core/v1:Namespace",
+                name="training",
+                id=NAMESPACE,
+                parent="training-component",
+                provider="provider",
+            ),
+        ],
+        name_table={
+            "workers-component": f"{prefix}tfd:infra:Workers::workers",
+            "training-component": f"{prefix}tfd:infra:TrainingNamespace::training",
+            "provider": f"{prefix}pulumi:providers:kubernetes::kubernetes",
+        },
+        protect=False,
+        generate_code=False,
+    )
+    project.set("namespaceMode", "create")
+
+
 def test_destroy_keeps_what_config_retains_and_up_again_works(
     first_up: Any, project: Project, kube: Kube
 ) -> None:
@@ -246,14 +292,20 @@ def test_destroy_keeps_what_config_retains_and_up_again_works(
     kept = kube.get("persistentvolumeclaim", "tfd-checkpoints", NAMESPACE)
     assert kept is not None and kept["spec"]["volumeName"] == volume
     for kind in ("statefulset.apps", "service", "serviceaccount", "role", "rolebinding",
-                 "networkpolicy", "horizontalpodautoscaler", "poddisruptionbudget"):  # fmt: skip
+                 "networkpolicy", "horizontalpodautoscaler", "poddisruptionbudget",
+                 "resourcequota"):  # fmt: skip
         left = [i["metadata"]["name"] for i in kube.items(kind, NAMESPACE)]
         if kind == "serviceaccount":
             left.remove("default")  # the namespace's own
         assert left == [], f"pulumi destroy left {kind}: {left}"
+    guard = f"{NAMESPACE}.{STATEFULSET}.scale-to-zero"
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        assert kube.get(KUBECTL_KIND[kind], guard) is None, f"pulumi destroy left {kind} {guard}"
     kube.wait_for("worker pods gone", lambda: kube.items("pods", NAMESPACE, SELECTOR) == [])
 
-    # A second `up` adopts the retained namespace and claim: same volume, same checkpoints.
+    # The provider refuses to create the kept namespace and claim (AlreadyExists): adopt them
+    # with docs/infra.md's commands (checkpoint retention), then `up` uses the same volume.
+    adopt_retained(project)
     again = project.up()
     assert again.changed(), "the second up created nothing"
     claim = kube.get("persistentvolumeclaim", "tfd-checkpoints", NAMESPACE)

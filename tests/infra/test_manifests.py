@@ -369,6 +369,13 @@ def test_every_kubernetes_resource_uses_the_explicit_provider(rendered, stack):
 def test_secrets_never_in_clear(rendered):
     prod = rendered["prod"]
     (provider,) = [r for r in prod.resources if r.type == "pulumi:providers:kubernetes"]
+    # The CI-deployed stack keeps no cluster credential in its provider inputs (the state).
+    assert provider.inputs == {"context": "tfd-prod"}
+    admin = prod.one("Secret")["stringData"]
+    assert admin["admin-password"] == SECRET_TEXT, "Grafana password written in clear"
+    # A stack that does hold its kubeconfig gets it as a secret.
+    held = render_stack("prod", {"tf-distributed:kubeconfig": {"secure": "kubeconfig"}})
+    (provider,) = [r for r in held.resources if r.type == "pulumi:providers:kubernetes"]
     assert provider.inputs["kubeconfig"] == SECRET_TEXT
     text = repr([r.inputs for r in prod.resources]) + repr(prod.outputs)
     assert "Placeholder" not in text, "stack prod: a secure: ciphertext leaked into the render"
@@ -401,12 +408,19 @@ def test_stack_outputs(rendered):
         f"tfd-worker-{i}.tfd-workers.tfd-dev.svc.cluster.local:2222" for i in range(2)
     ]
     assert out["logsCommand"].startswith("kubectl --context minikube -n tfd-dev logs -f -l ")
-    # A kubeconfig-only stack targets its own cluster, not the shell's current context.
     assert (
         rendered["prod"]
         .outputs["logsCommand"]
-        .startswith("kubectl --kubeconfig <(pulumi config get kubeconfig) -n tfd-prod logs -f -l ")
+        .startswith("kubectl --context tfd-prod -n tfd-prod logs -f -l ")
     ), rendered["prod"].outputs["logsCommand"]
+    # A kubeconfig-only stack targets its own cluster, not the shell's current context.
+    held = render_stack(
+        "prod",
+        {"tf-distributed:kubeconfig": {"secure": "kubeconfig"}, "tf-distributed:kubeContext": ""},
+    )
+    assert held.outputs["logsCommand"].startswith(
+        "kubectl --kubeconfig <(pulumi config get kubeconfig) -n tfd-prod logs -f -l "
+    ), held.outputs["logsCommand"]
     assert "@sha256:" in rendered["prod"].outputs["image"], "cloud workers must run a digest"
     prod_image = _container(rendered, "prod")["image"]
     assert prod_image == rendered["prod"].outputs["image"]
