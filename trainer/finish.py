@@ -51,6 +51,8 @@ def finish(
         weights_sha256=digest,
     )
     if worker.is_chief:
+        if worker.guard is not None:  # another chief took the run over: write nothing more
+            worker.guard.verify()
         model_path = join(worker.root, MODEL_FILE)
         try:
             net.save(model_path)
