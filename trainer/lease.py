@@ -62,11 +62,14 @@ SETTLE_SECONDS = 1.0
 # --- Files: local paths without TensorFlow, URIs through tf.io.gfile. ---------------------------
 
 
-def _is_local(path: str) -> bool:
+def is_local(path: str) -> bool:
+    """A local path (or the shared claim): read with the standard library, no TensorFlow import
+    (seconds), which a finished run's start never needs otherwise."""
     return "://" not in path
 
 
-def _gfile() -> Any:
+def gfile() -> Any:
+    """``tf.io.gfile``, for ``gs://`` and ``s3://`` URIs."""
     import tensorflow as tf
 
     return tf.io.gfile
@@ -79,13 +82,13 @@ def read_text(path: str) -> str | None:
         CheckpointError: the file or its directory cannot be read.
     """
     try:
-        if _is_local(path):
+        if is_local(path):
             try:
                 with open(path, encoding="utf-8") as f:
                     return f.read()
             except FileNotFoundError:
                 return None
-        fs = _gfile()
+        fs = gfile()
         if not fs.exists(path):
             return None
         with fs.GFile(path, "r") as f:
@@ -98,13 +101,13 @@ def write_text(path: str, text: str, tag: str) -> None:
     """Write ``text`` to ``path`` through a temporary file named with ``tag``, then rename:
     readers see the old or the new content, and two writers never share a temporary file."""
     tmp = f"{path}.{re.sub(r'[^A-Za-z0-9_.-]', '_', tag)}.tmp"
-    if _is_local(path):
+    if is_local(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
         return
-    fs = _gfile()
+    fs = gfile()
     fs.makedirs(path.rsplit("/", 1)[0])
     with fs.GFile(tmp, "w") as f:
         f.write(text)
@@ -113,11 +116,11 @@ def write_text(path: str, text: str, tag: str) -> None:
 
 def remove(path: str) -> None:
     """Delete ``path``; a missing file is no error."""
-    if _is_local(path):
+    if is_local(path):
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
         return
-    fs = _gfile()
+    fs = gfile()
     if fs.exists(path):
         fs.remove(path)
 

@@ -18,15 +18,18 @@ fields are of two kinds:
   ``run_manifest`` event (``changed``: field -> [recorded, now]).
 
 A run directory without a manifest (a new run, or one from an earlier version) is accepted and
-gets one from its next training chief. Imports no TensorFlow at import time; the dataset's
-fingerprint imports it (``tf.io.gfile`` reads local paths and ``gs://``/``s3://`` alike).
+gets one from its next training chief. Imports no TensorFlow at import time, and a check
+against a manifest of the same dataset spec needs none (local files are read with the standard
+library): a finished run's start stays fast. ``gs://``/``s3://`` go through ``tf.io.gfile``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
+import os
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +38,7 @@ from typing import Any
 from trainer import contract
 from trainer.config import Config
 from trainer.errors import DataError, RunConflictError
-from trainer.lease import Lease, holder_identity, read_text, utc, write_text
+from trainer.lease import Lease, gfile, holder_identity, is_local, read_text, utc, write_text
 from trainer.logs import Log
 
 MANIFEST_FILE = "manifest.json"
@@ -53,7 +56,9 @@ FROM_DATA = "from the data"
 _STAT_THREADS = 16
 
 
-def dataset_fingerprint(config: Config) -> dict[str, Any]:
+def dataset_fingerprint(
+    config: Config, recorded: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What identifies the training data of ``config``.
 
     ``synthetic``: its parameters (examples, seed). ``mnist``: the name (tf-keras checks the
@@ -65,70 +70,93 @@ def dataset_fingerprint(config: Config) -> dict[str, Any]:
     of every worker; a re-upload of identical bytes then counts as a change). ``--eval-split``
     holds examples out of training, so it is part of the data.
 
-    Raises:
-        DataError: the spec names no file, or the files cannot be listed.
-    """
-    from trainer import data
+    ``recorded``: the manifest's fingerprint, if any. The spec alone decides what kind of
+    dataset it names (``trainer.data.load``), so a recorded fingerprint of the same spec gives
+    the kind without importing ``trainer.data`` (TensorFlow: seconds at every start of a
+    finished run); local files are read with the standard library for the same reason.
 
+    Raises:
+        DataError: the spec names no file, or the files cannot be listed or read.
+    """
     spec = config.dataset
-    if spec == data.SYNTHETIC:
-        out: dict[str, Any] = {"spec": spec, "examples": config.synthetic_examples,
-                               "seed": config.seed}  # fmt: skip
-    elif spec == data.MNIST:
-        out = {"spec": spec}
+    if recorded is not None and recorded.get("spec") == spec:
+        synthetic, files = "examples" in recorded, "files" in recorded
     else:
-        out = {"spec": spec, **_files_fingerprint(spec)}
+        from trainer import data
+
+        synthetic = spec == data.SYNTHETIC
+        files = not synthetic and spec != data.MNIST
+    out: dict[str, Any] = {"spec": spec}
+    if synthetic:
+        out.update(examples=config.synthetic_examples, seed=config.seed)
+    elif files:
+        out.update(_files_fingerprint(spec))
     if config.eval_split:
         out["eval_split"] = config.eval_split
     return out
 
 
 def _files_fingerprint(spec: str) -> dict[str, Any]:
-    import tensorflow as tf
-
-    fs = tf.io.gfile
     try:
-        # The files trainer.data reads: a directory's entries, else the glob (or the one path).
-        paths = sorted(fs.glob(spec.rstrip("/") + "/*") if fs.isdir(spec) else fs.glob(spec))
+        paths = _list(spec)
         with ThreadPoolExecutor(_STAT_THREADS) as pool:  # object stores: one request per file
-            stats = list(pool.map(fs.stat, paths))
-    except tf.errors.OpError as err:
-        raise DataError(f"--dataset {spec}: cannot list its files: {err.message}") from None
+            stats = list(pool.map(_size_and_mtime, paths))
+        total = sum(size for size, _ in stats)
+        by_content = total <= CONTENT_HASH_BYTES
+        digest = hashlib.sha256()
+        for path, (size, mtime_ns) in zip(paths, stats, strict=True):
+            mark = _content_sha256(path) if by_content else str(mtime_ns)
+            digest.update(f"{path}\t{size}\t{mark}\n".encode())
+    except Exception as err:  # noqa: BLE001 - OSError or tf.errors.OpError (tf imported lazily)
+        raise DataError(f"--dataset {spec}: cannot read its files: {err}") from None
     if not paths:
         raise DataError(f"--dataset {spec}: no such file")
-    total = sum(int(s.length) for s in stats)
-    by_content = total <= CONTENT_HASH_BYTES
-    digest = hashlib.sha256()
-    for path, st in zip(paths, stats, strict=True):
-        mark = _content_sha256(path) if by_content else str(st.mtime_nsec)
-        digest.update(f"{path}\t{st.length}\t{mark}\n".encode())
     return {"files": len(paths), "bytes": total, "by": "content" if by_content else "size+mtime",
             "sha256": digest.hexdigest()[:16]}  # fmt: skip
 
 
-def _content_sha256(path: str) -> str:
-    import tensorflow as tf
+def _list(spec: str) -> list[str]:
+    """The files trainer.data reads for ``spec``: a directory's entries, else the glob's matches
+    (a plain path matches itself when it exists)."""
+    if is_local(spec):
+        pattern = os.path.join(spec, "*") if os.path.isdir(spec) else spec
+        return sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+    fs = gfile()
+    return sorted(fs.glob(spec.rstrip("/") + "/*") if fs.isdir(spec) else fs.glob(spec))
 
+
+def _size_and_mtime(path: str) -> tuple[int, int]:
+    if is_local(path):
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+    st = gfile().stat(path)
+    return int(st.length), int(st.mtime_nsec)
+
+
+def _content_sha256(path: str) -> str:
     h = hashlib.sha256()
-    try:
-        with tf.io.gfile.GFile(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-    except tf.errors.OpError as err:
-        raise DataError(f"--dataset {path}: cannot read: {err.message}") from None
+    with open(path, "rb") if is_local(path) else gfile().GFile(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
     return h.hexdigest()
 
 
-def wanted(config: Config, env: Mapping[str, str]) -> dict[str, Any]:
+def wanted(
+    config: Config, env: Mapping[str, str], recorded: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """This start's manifest, without the fields only known once training is set up
-    (``global_batch``, ``precision``). Reads the dataset's files (:func:`dataset_fingerprint`)."""
+    (``global_batch``, ``precision``). Reads the dataset's files (:func:`dataset_fingerprint`;
+    ``recorded``: the manifest on disk, if any)."""
+    recorded_data = (recorded or {}).get("dataset")
     return {
         "version": VERSION,
         "project": env.get(contract.ENV_PROJECT, "").strip(),
         "stack": env.get(contract.ENV_STACK, "").strip(),
         "app": env.get(contract.ENV_APP, "").strip(),
         "run_id": contract.run_id_from_env(env),
-        "dataset": dataset_fingerprint(config),
+        "dataset": dataset_fingerprint(
+            config, recorded_data if isinstance(recorded_data, dict) else None
+        ),
         "model": {
             "builder": config.model or DEFAULT_MODEL,
             "loss": config.loss or DEFAULT_LOSS,
@@ -206,7 +234,7 @@ class RunGuard:
 
     def wanted(self) -> dict[str, Any]:
         if self._wanted is None:
-            self._wanted = wanted(self.config, self.env)
+            self._wanted = wanted(self.config, self.env, self.recorded)
         return self._wanted
 
     def check(self) -> None:

@@ -87,6 +87,33 @@ def test_named_datasets_are_fingerprinted_by_their_parameters(config, expected):
     assert manifest.dataset_fingerprint(config) == expected
 
 
+@pytest.mark.parametrize("kind", ["synthetic", "mnist", "npz", "directory"])
+def test_a_recorded_fingerprint_of_the_same_spec_gives_the_same_result(tmp_path: Path, kind):
+    """The kind taken from the recorded fingerprint (no trainer.data import) is the spec's."""
+    specs = {"npz": str(_npz(tmp_path / "d.npz", 1)), "directory": str(tmp_path)}
+    config = Config(dataset=specs.get(kind, kind), eval_split=0.1)
+    direct = manifest.dataset_fingerprint(config)
+    assert manifest.dataset_fingerprint(config, recorded=direct) == direct, kind
+
+
+def test_checking_a_finished_local_run_imports_no_tensorflow(tmp_path: Path):
+    """A finished run's workers check the manifest at every start: without TensorFlow's import
+    (seconds) as long as the spec is the recorded one and the files are local."""
+    data = _npz(tmp_path / "d.npz", 1)
+    for spec in ("synthetic", str(data)):
+        _recorded(tmp_path, Config(dataset=spec), ENV)
+        code = (
+            "import sys; from trainer.config import Config; from trainer.logs import Log; "
+            "from trainer.manifest import RunGuard; "
+            f"RunGuard({str(tmp_path)!r}, Config(dataset={spec!r}), {ENV!r}, Log(0)).check(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tf_keras'"
+            ", 'numpy')))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, timeout=60)  # fmt: skip
+        assert out.stdout.strip() == "[]", f"--dataset {spec}: {out.stdout[:300]}"
+
+
 def test_a_dataset_with_no_file_is_a_data_error(tmp_path: Path):
     with pytest.raises(DataError, match=r"^--dataset .*missing\.npz: no such file$"):
         manifest.dataset_fingerprint(Config(dataset=str(tmp_path / "missing.npz")))
