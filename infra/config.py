@@ -360,6 +360,8 @@ class StackConfig:
         namespace: namespace of the training objects (never a system namespace).
         namespace_mode: ``create`` (the stack creates and owns the namespace) or ``existing``
             (it deploys into a namespace it does not own, see :data:`NAMESPACE_MODES`).
+        project, stack: the Pulumi project and stack names: with ``runId`` they name the run's
+            checkpoint directory (``infra.workers.checkpoint_dir``), so no two stacks share one.
     """
 
     app_name: str
@@ -370,6 +372,8 @@ class StackConfig:
     training: TrainingConfig
     autoscaling: AutoscalingConfig
     monitoring: MonitoringConfig
+    project: str
+    stack: str
     image: ImageConfig = field(default_factory=ImageConfig)
     namespace_mode: str = "create"
 
@@ -687,6 +691,9 @@ def parse_config(
     secret_keys: Collection[str] = (),
     secrets: Mapping[str, pulumi.Output[str]] | None = None,
     environ: Mapping[str, str] | None = None,
+    *,
+    project: str | None = None,
+    stack: str | None = None,
 ) -> StackConfig:
     """Validate the flat configuration and build the typed :class:`StackConfig`.
 
@@ -699,6 +706,9 @@ def parse_config(
             the short key; only read when the whole configuration is valid.
         environ: the process environment (default ``os.environ``); only ``DOCKER_HOST`` is
             read, for minikube stacks that build their image.
+        project, stack: the Pulumi project and stack names (default: the running program's,
+            ``pulumi.get_project()`` and ``pulumi.get_stack()``); each must be a path segment
+            (:data:`trainer.contract.RUN_ID`), as it names the checkpoint directory.
 
     Raises:
         ConfigError: one or more values break a rule; nothing has been registered.
@@ -788,7 +798,15 @@ def parse_config(
         r.fail("checkpointUri", "must be empty or a gs://bucket/path or s3://bucket/path URI", uri)
     retention = r.choice("checkpointRetention", RETENTION_POLICIES)
 
-    # The run.
+    # The run: <checkpoint root>/<project>/<stack>/<runId>.
+    project = pulumi.get_project() if project is None else project
+    stack = pulumi.get_stack() if stack is None else stack
+    for what, name in (("project", project), ("stack", stack)):
+        if not contract.RUN_ID.match(name):
+            r.problems.append(
+                f"pulumi {what} name: must be {contract.RUN_ID_RULE} (it names the checkpoint "
+                f"directory); got {name!r}"
+            )
     run_id = r.string("runId", contract.DNS_LABEL, "must be a lowercase DNS label")
     if len(run_id) > RUN_ID_MAX:
         r.fail("runId", f"must be at most {RUN_ID_MAX} characters", run_id)
@@ -968,6 +986,8 @@ def parse_config(
             grafana_admin_password=secret_values["grafanaAdminPassword"],
             namespace_mode=mon_ns_mode,
         ),
+        project=project,
+        stack=stack,
         image=image,
     )
 

@@ -8,9 +8,10 @@ for worker 1. ``publishNotReadyAddresses`` lets peers resolve each other before 
 
 The run's lifecycle (``docs/infra.md``, "Lifecycle"):
 
-* Run identity: ``runId`` names the checkpoint directory (``.../<appName>/<runId>``) and is an
-  annotation of the StatefulSet that Pulumi replaces on change (delete first): a new run starts
-  with ``replicas`` workers from step 0, whatever the previous run scaled to.
+* Run identity: ``runId`` names the checkpoint directory (``<root>/<project>/<stack>/<runId>``,
+  :func:`checkpoint_dir`) and is an annotation of the StatefulSet that Pulumi replaces on
+  change (delete first): a new run starts with ``replicas`` workers from step 0, whatever the
+  previous run scaled to.
 * Rollouts: ``updateStrategy: OnDelete``. A ``RollingUpdate`` replaces one pod at a time from
   the highest ordinal, each replacement breaks the collective (N restarts, old and new images
   side by side), and ``maxUnavailable`` for StatefulSets is an alpha feature. Instead every
@@ -81,9 +82,11 @@ if posixpath.dirname(contract.DEFAULT_API_CA_PATH) != API_TOKEN_DIR:  # pragma: 
 
 
 def checkpoint_dir(cfg: StackConfig) -> str:
-    """``TFD_CHECKPOINT_DIR``: the run's directory in the object store or on the shared claim."""
-    root = cfg.storage.uri.rstrip("/") if cfg.storage.uri else f"{CHECKPOINT_MOUNT}/{cfg.app_name}"
-    return f"{root}/{cfg.training.run_id}"
+    """``TFD_CHECKPOINT_DIR``: ``<root>/<project>/<stack>/<runId>``, the root being the object
+    store URI or the shared claim's mount. Unique per project, stack and run by construction:
+    two stacks (or two projects) on one bucket or claim never share a run directory."""
+    root = cfg.storage.uri.rstrip("/") if cfg.storage.uri else CHECKPOINT_MOUNT
+    return f"{root}/{cfg.project}/{cfg.stack}/{cfg.training.run_id}"
 
 
 def max_replicas(cfg: StackConfig) -> int:
@@ -128,10 +131,11 @@ def trainer_args(cfg: StackConfig) -> list[str]:
     ]
 
 
-def pod_env(cfg: StackConfig) -> list[dict]:
+def pod_env(cfg: StackConfig, image: pulumi.Input[str] | None = None) -> list[dict]:
     """The pod environment contract (``trainer/contract.py``), plus ``HOME`` on the tmp volume.
 
-    ``TFD_WORKER_HOSTS`` is never set: it is for local runs only.
+    ``image``: the container's image reference, passed as ``TFD_IMAGE`` (the run manifest
+    records it). ``TFD_WORKER_HOSTS`` is never set: it is for local runs only.
     """
 
     def field(path: str) -> dict:
@@ -149,6 +153,10 @@ def pod_env(cfg: StackConfig) -> list[dict]:
         {"name": contract.ENV_CHECKPOINT_DIR, "value": checkpoint_dir(cfg)},
         {"name": contract.ENV_METRICS_PORT, "value": str(cfg.workers.metrics_port)},
         {"name": contract.ENV_RUN_ID, "value": cfg.training.run_id},
+        # The run manifest's identity fields (trainer/manifest.py).
+        {"name": contract.ENV_PROJECT, "value": cfg.project},
+        {"name": contract.ENV_STACK, "value": cfg.stack},
+        {"name": contract.ENV_APP, "value": cfg.app_name},
         {"name": contract.ENV_POD_REVISION, **field(f"metadata.labels['{REVISION_LABEL}']")},
         # The trainer calls the API for its own StatefulSet (contract.API_CALLS).
         {"name": contract.ENV_API_TOKEN_PATH, "value": contract.DEFAULT_API_TOKEN_PATH},
@@ -157,6 +165,8 @@ def pod_env(cfg: StackConfig) -> list[dict]:
         # Read-only root filesystem: libraries that write under $HOME get the tmp volume.
         {"name": "HOME", "value": TMP_DIR},
     ]
+    if image is not None:
+        env.append({"name": contract.ENV_IMAGE, "value": image})
     return env
 
 
@@ -285,7 +295,7 @@ def statefulset_manifest(
         "image": image,
         "imagePullPolicy": pull_policy,
         "args": trainer_args(cfg),
-        "env": pod_env(cfg),
+        "env": pod_env(cfg, image),
         "ports": [
             {"name": contract.GRPC_PORT_NAME, "containerPort": w.grpc_port, "protocol": "TCP"},
             {

@@ -32,6 +32,11 @@ EXIT_RESTART = 76
 EXIT_NOT_ADMITTED = 77
 """The running cluster has no place for this worker yet: it joined a resize before the others
 stopped for the new world size. Try again after a pause (the supervisor's waiting restart)."""
+EXIT_RUN_CONFLICT = 9
+"""The run directory belongs to another run or another live chief: its run manifest records
+settings that change the result, or another holder's lease has not expired (``trainer.manifest``,
+``trainer.lease``). The line names the fields (old -> new) or the holder and the expiry; nothing
+was written. Use a new run id, or wait for the lease to expire."""
 
 
 class TrainerError(Exception):
@@ -103,3 +108,9 @@ class RestartRequested(TrainerError):  # noqa: N818 - a request, not a failure
 class RolloutRequested(RestartRequested):
     """Every worker stopped at a checkpoint because the StatefulSet has a new revision: each
     deletes its own pod so the controller recreates it from the new template."""
+
+
+class RunConflictError(TrainerError):
+    """The run directory's manifest or lease refuses this start (see :data:`EXIT_RUN_CONFLICT`)."""
+
+    exit_code = EXIT_RUN_CONFLICT

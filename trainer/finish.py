@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import shutil
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,8 @@ def finish(
         weights_sha256=digest,
     )
     if worker.is_chief:
+        if worker.guard is not None:  # another chief took the run over: write nothing more
+            worker.guard.verify()
         model_path = join(worker.root, MODEL_FILE)
         try:
             net.save(model_path)
@@ -75,7 +78,7 @@ def finish(
             "steps_per_epoch": record.steps_per_epoch,
             "global_batch": record.global_batch,
         }
-        write_text(join(worker.root, SUMMARY_FILE), json.dumps(summary) + "\n")
+        write_text(join(worker.root, SUMMARY_FILE), summary_text(summary))
         runs.write_done(worker.root, dataclasses.replace(record, run_id=run_id))
     if temp_dir:
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -86,6 +89,17 @@ def finish(
     except tf.errors.OpError as err:
         raise classify(err, worker.spec.num_workers) from None
     worker.log.event("done", step=step, checkpoint_dir=worker.root)
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """``summary.json``'s text: strict JSON, whatever the figures. A diverged run's NaN or
+    infinite loss is written as ``null`` (Python's ``NaN``/``Infinity`` tokens are no JSON and
+    break other readers); ``allow_nan=False`` makes any other non-finite value an error here
+    instead of an unreadable file."""
+    finite = {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()
+    }
+    return json.dumps(finite, allow_nan=False) + "\n"
 
 
 def barrier(strategy: Any) -> None:

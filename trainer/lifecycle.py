@@ -4,6 +4,10 @@ finished or rolled-out worker does.
 - **Run identity**: ``TFD_CHECKPOINT_DIR=<root>/<run id>`` (``TFD_RUN_ID``, checked by
   ``contract.run_id_from_env``). A finished run (``DONE``) does not train again unless more
   steps are requested (:mod:`trainer.runs`).
+- **Run manifest and lease**: every worker compares the run's ``manifest.json`` with its own
+  settings before the ``DONE`` check and refuses (exit 9) a start that changes the result; the
+  chief trains only while it holds the run's lease (:mod:`trainer.manifest`,
+  :mod:`trainer.lease`).
 - **Completion** (``--on-done``): ``scale-to-zero`` PATCHes the StatefulSet's ``scale`` to 0
   (the chief after writing ``DONE``; any worker that starts and finds the run finished), then
   waits for SIGTERM; ``idle`` waits for SIGTERM serving metrics; ``exit`` exits 0. Waiting is a
@@ -36,6 +40,7 @@ from trainer.errors import (
     RolloutRequested,
 )
 from trainer.logs import Log
+from trainer.manifest import RunGuard
 from trainer.metrics import Metrics, MetricsServer
 from trainer.signals import StopSignal
 from trainer.supervisor import waiting_pause
@@ -100,6 +105,10 @@ def run(config: Config, env: Mapping[str, str]) -> int:
                   revision=revision, update_revision=state.update_revision)  # fmt: skip
         return _leave_for_rollout(env, stop, log)
 
+    # Every worker, before anything is written and before the cluster forms: a start whose
+    # settings change the run's result is refused (trainer.manifest), a finished run included.
+    guard = RunGuard(root, config, env, log)
+    guard.check()
     record = runs.read_done(root)
     if record is not None and record.finished_for(config):
         log.event("done", reason="run finished; not training", run_id=run_id,
@@ -111,8 +120,10 @@ def run(config: Config, env: Mapping[str, str]) -> int:
                   requested_steps=record.requested_steps(config))  # fmt: skip
 
     worker = Worker(config, env, spec, root, log, metrics, stop)
+    worker.guard = guard
     try:
-        worker.train()
+        with guard.training(spec.is_chief):  # the chief's lease: one live chief per run
+            worker.train()
     except RolloutRequested as err:
         log.event("rollout", reason=str(err), revision=revision)
         return _leave_for_rollout(env, stop, log)

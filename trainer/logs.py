@@ -2,9 +2,9 @@
 
 Every line carries ``event`` and ``worker``; the local launcher and the tests read them back.
 Events: ``forming``, ``start``, ``resume``, ``rescale``, ``progress``, ``first_step``, ``epoch``,
-``checkpoint``, ``stop``, ``trained``, ``done``, ``continue``, ``scaled_to_zero``, ``rollout``,
-``pod_deleted``, ``surplus``, ``idle``, ``warning`` (the supervisor adds ``restart`` and
-``supervisor_exit``).
+``checkpoint``, ``stop``, ``trained``, ``done``, ``continue``, ``lease``, ``run_manifest``,
+``scaled_to_zero``, ``rollout``, ``pod_deleted``, ``surplus``, ``idle``, ``warning`` (the
+supervisor adds ``restart`` and ``supervisor_exit``).
 """
 
 from __future__ import annotations

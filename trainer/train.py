@@ -7,6 +7,8 @@ overhead against plain ``model.fit`` stays small (figures in docs/trainer.md).
 
 Checkpoint directory layout (``TFD_CHECKPOINT_DIR``, local path or gs:// / s3:// URI)::
 
+    manifest.json               the run's settings at its first start, chief only
+    chief.lease                 the live chief's lease (trainer.lease), chief only
     checkpoints/ckpt-<step>.*   step-level checkpoints, chief only
     model.keras                 final model, chief only
     summary.json                final figures, chief only
@@ -30,6 +32,7 @@ from trainer.errors import DataError, RestartRequested, RolloutRequested, UsageE
 from trainer.evaluate import Evaluator
 from trainer.finish import classify, finish
 from trainer.logs import Log
+from trainer.manifest import RunGuard
 from trainer.metrics import Metrics
 from trainer.signals import StopSignal, watch_tf_preemption
 from trainer.summaries import Summaries
@@ -62,6 +65,8 @@ class Worker:
         self.evaluate: Callable[[], tuple[float, float]] | None = None
         self.summaries = Summaries("")
         self.precision = ""
+        self.guard: RunGuard | None = None
+        """The run's manifest check and the chief's lease (set by trainer.lifecycle)."""
 
     # --- set-up -----------------------------------------------------------------------------
     def _strategy(self) -> Any:
@@ -146,6 +151,8 @@ class Worker:
                 aggregation=tf.VariableAggregation.SUM,
                 name="interval_sums",
             )
+        if self.guard is not None:  # the chief's first start writes the run manifest
+            self.guard.record(global_batch, prec.name)
         tracked = {
             "model": net,
             "optimizer": optimizer,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.e2e.harness import KUBECONFIG, Kube, Project
+from tests.e2e.harness import KUBECONFIG, PROJECT, Kube, Project
 from trainer import contract, k8s
 
 NAMESPACE = "tfd-life"
@@ -162,7 +162,9 @@ def test_a_new_run_id_replaces_the_statefulset_at_full_size(deployed: Project, k
     env = {
         e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]
     }
-    assert env[contract.ENV_CHECKPOINT_DIR] == "/checkpoints/tfd/2", env
+    # <claim mount>/<project>/<stack>/<runId>: unique per project, stack and run.
+    assert env[contract.ENV_CHECKPOINT_DIR] == f"/checkpoints/{PROJECT}/{deployed.stack.name}/2"
+    assert (env[contract.ENV_PROJECT], env[contract.ENV_STACK]) == (PROJECT, "life"), env
     deployed.preview(expect_no_changes=True)
 
 

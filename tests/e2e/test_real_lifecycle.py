@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.e2e import realnode
-from tests.e2e.harness import Kube, Project
+from tests.e2e.harness import PROJECT, Kube, Project
 from tests.e2e.test_image import built, docker  # noqa: F401 - fixtures and helper
 from tests.e2e.test_real_training import log_figure, node_image  # noqa: F401 - fixture
 from trainer import contract
@@ -219,7 +219,8 @@ def test_the_finished_run_frees_its_pods_and_stays_without_diff(
     training: dict, stack: Project, kube: Kube
 ) -> None:
     claim = kube.items("persistentvolumeclaim", NS)[0]["metadata"]["name"]
-    run_dir = realnode.volume_dir(kube, NS, claim) / "tfd" / "1"
+    # The stacks' layout: <claim>/<project>/<stack>/<runId> (infra.workers.checkpoint_dir).
+    run_dir = realnode.volume_dir(kube, NS, claim) / PROJECT / stack.stack.name / "1"
     kube.wait_for(f"DONE in {run_dir}", lambda: (run_dir / contract.DONE_MARKER).exists(), 1200, 2)
     done_at = time.monotonic()
     log_figure("lifecycle stack: pulumi up to DONE", done_at - training["started"])
@@ -241,7 +242,8 @@ def test_more_epochs_continue_the_finished_run_under_its_autoscaler(
     # The HPA does nothing for a target at zero: the new target's size patch brings it back.
     stack.set_many({"epochs": EPOCHS + 1, "autoscalingCpuLimitUtilization": 100})
     claim = kube.items("persistentvolumeclaim", NS)[0]["metadata"]["name"]
-    summary_file = realnode.volume_dir(kube, NS, claim) / "tfd" / "1" / "summary.json"
+    summary_file = realnode.volume_dir(kube, NS, claim) / PROJECT / stack.stack.name / "1"
+    summary_file /= "summary.json"
     started = time.monotonic()
     stack.up()
 
@@ -262,7 +264,8 @@ def test_a_new_run_id_trains_from_step_zero_in_its_own_directory(
 ) -> None:
     stack.set_many({"runId": "2", "epochs": NEW_RUN_EPOCHS, "autoscalingCpuLimitUtilization": 100})
     claim = kube.items("persistentvolumeclaim", NS)[0]["metadata"]["name"]
-    run_dir = realnode.volume_dir(kube, NS, claim) / "tfd" / "2"
+    # The stacks' layout: <claim>/<project>/<stack>/<runId> (infra.workers.checkpoint_dir).
+    run_dir = realnode.volume_dir(kube, NS, claim) / PROJECT / stack.stack.name / "2"
     assert not run_dir.exists(), f"{run_dir} exists before the run"
     started = time.monotonic()
     stack.up()
