@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +96,59 @@ def test_workers_may_make_exactly_the_trainer_calls(
     assert kube.can_i(verb, resource, "-n", NAMESPACE, who) is allowed, f"{verb} {resource}"
     scale = f"statefulsets.apps/{STATEFULSET}"
     assert kube.can_i("patch", scale, "--subresource=scale", "-n", NAMESPACE, who), "scale"
+
+
+def _scale_as_worker(env: dict[str, str], replicas: int) -> tuple[int, str]:
+    """PATCH the ``scale`` subresource the way the trainer does (``trainer/k8s.py``), with a
+    workers' ServiceAccount token: (HTTP status, body)."""
+    url = k8s.statefulset_url(env) + "/scale"
+    request = urllib.request.Request(
+        url,
+        data=json.dumps({"spec": {"replicas": replicas}}).encode(),
+        method="PATCH",
+        headers={
+            "Content-Type": k8s.MERGE_PATCH,
+            "Authorization": f"Bearer {Path(env[contract.ENV_API_TOKEN_PATH]).read_text().strip()}",
+        },
+    )
+    context = ssl.create_default_context(cafile=env[contract.ENV_API_CA_PATH])
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_a_worker_token_cannot_scale_beyond_zero(
+    deployed: Project, kube: Kube, worker_env: Callable[[str], dict]
+) -> None:
+    env = worker_env(f"{STATEFULSET}-0")
+    for replicas in (5000, 3, 1):
+        status, body = _scale_as_worker(env, replicas)
+        assert status == 403, f"a worker token scaled to {replicas}: {status} {body}"
+        # The ValidatingAdmissionPolicy's message, not RBAC's (the Role allows this patch).
+        assert "may only scale StatefulSet" in body and f"got {replicas}" in body, body
+    assert kube.get("statefulset.apps", STATEFULSET, NAMESPACE)["spec"]["replicas"] == 2
+
+
+def test_the_quota_refuses_a_worker_beyond_the_most_workers(deployed: Project, kube: Kube) -> None:
+    # As the deployer (not the workers): the count is allowed, the fourth pod is not.
+    kube.run("scale", f"statefulset/{STATEFULSET}", "-n", NAMESPACE, "--replicas=4")
+
+    def refused() -> str | None:
+        for event in kube.items("events", NAMESPACE):
+            if event.get("reason") == "FailedCreate" and "exceeded quota" in event["message"]:
+                return event["message"]
+        return None
+
+    message = kube.wait_for("the quota refusing a fourth worker", refused, 60)
+    assert f"{STATEFULSET}-3" in message, message
+    kube.wait_for("3 ready workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 3)
+    assert sorted(p["metadata"]["name"] for p in _pods(kube)) == [
+        f"{STATEFULSET}-{i}" for i in range(3)
+    ]
+    kube.run("scale", f"statefulset/{STATEFULSET}", "-n", NAMESPACE, "--replicas=2")
+    kube.wait_for("2 workers", lambda: len(_pods(kube)) == 2)
 
 
 def test_done_scales_to_zero_and_stays_without_diff(
