@@ -73,6 +73,9 @@ workers back; the same value leaves a finished run at zero (module docstring).""
 PATCH_FORCE_ANNOTATION = "pulumi.com/patchForce"
 """The provider's annotation for a forced server-side apply: the patch takes ``spec.replicas``
 back from whoever set it last (the trainer's scale to zero, the HPA)."""
+CLAIM_SERVER_FIELDS = ("spec.volumeName", "spec.volumeMode")
+"""Fields of the checkpoint claim that the cluster fills in (the bound volume, the default
+mode): ignored in diffs, so an imported claim is not replaced."""
 IMAGE_ID_ANNOTATION = "tf-distributed.io/image-id"
 """Pod-template annotation with the built image's ID/digest: a rebuilt image under the same tag
 (minikube) still changes the template and rolls the workers."""
@@ -445,6 +448,11 @@ class Workers(Component):
                     # Checkpoints outlive `pulumi destroy` unless the stack says Delete (the
                     # namespace is retained too: its deletion would take the claim with it).
                     retain_on_delete=cfg.retains_checkpoint_claim,
+                    # Set by the cluster when the claim binds, never by the program, and
+                    # immutable: a claim imported after a Retain destroy (docs/infra.md) holds
+                    # them, and their absence from the program must not replace it (a new,
+                    # empty volume).
+                    ignore_changes=list(CLAIM_SERVER_FIELDS),
                 ),
             )
             sts_deps.append(claim)

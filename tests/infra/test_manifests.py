@@ -470,6 +470,8 @@ def test_a_new_target_is_a_new_size_patch_and_the_same_target_is_not() -> None:
 def test_checkpoint_claim_retention_follows_config(rendered, stack, retain):
     (claim,) = [r for r in rendered[stack].resources if r.kind == "PersistentVolumeClaim"]
     assert claim.retain_on_delete is retain, f"stack {stack}: claim retain_on_delete"
+    # A claim imported after a Retain destroy carries its bound volume: never a replacement.
+    assert set(claim.ignore_changes) == {"spec.volumeName", "spec.volumeMode"}, claim.ignore_changes
     # Deleting the namespace deletes every claim in it: a kept claim needs a kept namespace.
     ns_name = claim.metadata["namespace"]
     (ns,) = [r for r in rendered[stack].resources if r.kind == "Namespace" and r.name == "training"]
