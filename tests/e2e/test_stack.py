@@ -17,6 +17,7 @@ from pulumi.automation._stack import ImportResource
 
 from tests.e2e.conftest import rendered_resources
 from tests.e2e.harness import KUBECONFIG, Kube, Project
+from trainer import contract
 
 NAMESPACE = "tfd-e2e"
 STATEFULSET = "tfd-worker"
@@ -161,10 +162,15 @@ def test_update_previews_exactly_the_change_and_up_applies_it(
     assert [(s.op, s.type, s.name) for s in changed] == [
         ("update", "kubernetes:apps/v1:StatefulSet", "workers")
     ], [(s.op, s.type, s.name, s.diffs) for s in changed]
-    # The annotation carries the image for the rollout.
+    # The annotation carries the image for the rollout; TFD_IMAGE for the run manifest.
+    env = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)["spec"]["template"]["spec"][
+        "containers"
+    ][0]["env"]
+    image_env = [e["name"] for e in env].index(contract.ENV_IMAGE)
     assert changed[0].detailed_diff == {
         'spec.template.metadata.annotations["tf-distributed.io/image-id"]': "update",
         "spec.template.spec.containers[0].image": "update",
+        f"spec.template.spec.containers[0].env[{image_env}].value": "update",
     }, changed[0].detailed_diff
     up = project.up()
     assert [(s.op, s.name) for s in up.changed()] == [("update", "workers")]
