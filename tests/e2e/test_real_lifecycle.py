@@ -29,8 +29,9 @@ pytestmark = [pytest.mark.real_node, pytest.mark.timeout(1500)]
 NS = "tfd-cycle"
 STS = "tfd-worker"
 STEPS_PER_EPOCH, CHECKPOINT_EVERY = 100, 20
-EPOCHS = 12
-"""Long enough for a rollout and an HPA resize to happen mid-run on two busy cores."""
+EPOCHS = 24
+"""Long enough for a rollout, a pod deletion and an HPA resize to happen mid-run: at 12 the run
+once finished (1,200 steps at 2 workers) before the HPA's resize, on a lightly loaded machine."""
 NEW_RUN_EPOCHS = 1
 HPA_WINDOW_S = 60
 """autoscalingScaleUpWindowSeconds, its minimum: the resize happens a minute after the target."""

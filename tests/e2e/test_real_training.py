@@ -111,6 +111,11 @@ def test_workers_reach_each_other_by_stable_names_and_others_are_denied(
     )  # fmt: skip
     assert code == 0 and "connected" in out, f"worker 0 -> {peer}: {out}"
     # A pod without the workers' labels, in the workers' namespace: gRPC and metrics dropped.
+    # The namespace's quota has room for the workers only: one more pod, for this test alone.
+    quota = kube.get("resourcequota", "tfd-workers", NS)
+    one_more = {"pods": str(int(quota["spec"]["hard"]["pods"]) + 1)}
+    kube.run("patch", "resourcequota", "tfd-workers", "-n", NS, "--type=merge", "-p",
+             json.dumps({"spec": {"hard": one_more}}))  # fmt: skip
     realnode.apply(kube, realnode.busybox_pod("intruder", NS, "sleep 3600"))
     realnode.running(kube, "intruder", NS)
     code, out = realnode.exec_in(kube, "intruder", NS, f"nslookup {peer}")
@@ -123,7 +128,9 @@ def test_workers_reach_each_other_by_stable_names_and_others_are_denied(
     assert metrics_of(kube, f"{STS}-1").get(contract.METRIC_WORLD_SIZE) == 2, (
         f"{STS}-1 serves no metrics on {contract.DEFAULT_METRICS_PORT}: the refusal proves nothing"
     )
-    kube.run("delete", "pod", "intruder", "-n", NS, "--grace-period=1")
+    kube.run("delete", "pod", "intruder", "-n", NS, "--grace-period=1", "--wait=true")
+    kube.run("patch", "resourcequota", "tfd-workers", "-n", NS, "--type=merge", "-p",
+             json.dumps({"spec": {"hard": quota["spec"]["hard"]}}))  # fmt: skip
 
 
 def test_metrics_through_the_service_carry_the_documented_series(
