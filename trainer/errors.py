@@ -103,3 +103,9 @@ class RestartRequested(TrainerError):  # noqa: N818 - a request, not a failure
 class RolloutRequested(RestartRequested):
     """Every worker stopped at a checkpoint because the StatefulSet has a new revision: each
     deletes its own pod so the controller recreates it from the new template."""
+
+
+class ApiUnansweredError(ApiError):
+    """A lifecycle call (PATCH scale, DELETE pod) found no answer (connection, DNS, timeout, a
+    truncated answer) or a 429/5xx one: worth another try, unlike a 403. Exit 7 once the tries
+    are spent."""
