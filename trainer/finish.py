@@ -11,7 +11,7 @@ import shutil
 from typing import TYPE_CHECKING, Any
 
 from trainer import contract, runs
-from trainer.checkpoints import first_line, join, write_text
+from trainer.checkpoints import first_line, join, write_error, write_text
 from trainer.errors import CheckpointError, DataError, PeerLostError
 
 if TYPE_CHECKING:
@@ -54,8 +54,12 @@ def finish(
         model_path = join(worker.root, MODEL_FILE)
         try:
             net.save(model_path)
-        except (tf.errors.OpError, OSError, ValueError) as err:
-            raise CheckpointError(f"{model_path}: cannot save the final model: {err}") from None
+        except (tf.errors.OpError, OSError) as err:
+            raise write_error(err, model_path, "the final model") from None
+        except ValueError as err:  # a model Keras cannot serialise
+            raise CheckpointError(
+                f"{model_path}: cannot save the final model: {first_line(err)}"
+            ) from None
         summary = {
             "run_id": run_id,
             "workers": worker.spec.num_workers,
@@ -75,8 +79,11 @@ def finish(
             "steps_per_epoch": record.steps_per_epoch,
             "global_batch": record.global_batch,
         }
-        write_text(join(worker.root, SUMMARY_FILE), json.dumps(summary) + "\n")
-        runs.write_done(worker.root, dataclasses.replace(record, run_id=run_id))
+        try:
+            write_text(join(worker.root, SUMMARY_FILE), json.dumps(summary) + "\n")
+            runs.write_done(worker.root, dataclasses.replace(record, run_id=run_id))
+        except (tf.errors.OpError, OSError) as err:
+            raise write_error(err, worker.root, f"{SUMMARY_FILE} and DONE") from None
     if temp_dir:
         shutil.rmtree(temp_dir, ignore_errors=True)
     # Nobody leaves before the chief has written DONE: a worker that exits early would look

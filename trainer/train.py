@@ -62,6 +62,8 @@ class Worker:
         self.evaluate: Callable[[], tuple[float, float]] | None = None
         self.summaries = Summaries("")
         self.precision = ""
+        self.checkpoint_path: str | None = None
+        """The checkpoint training resumed from (``None``: started at step 0)."""
 
     # --- set-up -----------------------------------------------------------------------------
     def _strategy(self) -> Any:
@@ -162,7 +164,7 @@ class Worker:
         scale_state = prec.loss_scale_state()
         if scale_state is not None:  # fp16: saved from now on, resumed where it was saved
             setattr(ckpt, LOSS_SCALE_KEY, scale_state)
-            if checkpoints.restore_extra(self.root, {LOSS_SCALE_KEY: scale_state}):
+            if checkpoints.restore_extra(self.checkpoint_path, {LOSS_SCALE_KEY: scale_state}):
                 self.log.event(
                     "loss_scale", restored=prec.loss_scale(), good_steps=prec.good_steps()
                 )
@@ -279,10 +281,11 @@ class Worker:
     def _restore(
         self, tracked: Mapping[str, Any], step_var: Any, batch_var: Any, total: int
     ) -> int:
-        """See :func:`trainer.checkpoints.restore`."""
-        return checkpoints.restore(
+        """See :func:`trainer.checkpoints.restore`; returns the step to start at."""
+        step, self.checkpoint_path = checkpoints.restore(
             self.root, tracked, step_var, batch_var, total, self.config, self.log, self.metrics
         )
+        return step
 
     def _manager(self, ckpt: Any) -> tuple[Any, str]:
         return checkpoints.manager(ckpt, self.root, self.is_chief, self.spec.task_index)
