@@ -119,8 +119,13 @@ def weights_digest(net: Any) -> str:
 
 
 def classify(err: Any, num_workers: int) -> Exception:
-    """Map a TensorFlow runtime error in the loop to the trainer's error tree."""
+    """Map a TensorFlow runtime error in the loop to the trainer's error tree; the line keeps
+    TensorFlow's cause (:func:`~trainer.checkpoints.first_line`: for a lost peer, its task
+    and why, e.g. ``stopped sending heartbeats``) or names a malformed TFRecord's file and
+    feature (:func:`trainer.data.bad_record`)."""
     import tensorflow as tf
+
+    from trainer.data import bad_record
 
     peer_errors = (
         tf.errors.UnavailableError,
@@ -131,7 +136,7 @@ def classify(err: Any, num_workers: int) -> Exception:
     if num_workers > 1 and isinstance(err, (*peer_errors, tf.errors.InternalError)):
         return PeerLostError(f"a peer is gone or a collective timed out: {first_line(err)}")
     if isinstance(err, tf.errors.InvalidArgumentError | tf.errors.DataLossError):
-        return DataError(f"training data: {first_line(err)}")
+        return DataError(bad_record(err) or f"training data: {first_line(err)}")
     if isinstance(err, tf.errors.OutOfRangeError):
         # The pipelines are sized to the run: running out is a bug or a dataset that shrank
         # while training; restarting from the checkpoint would only run out again.

@@ -117,6 +117,9 @@ class Worker:
             eval_source = data.load(
                 cfg.eval_dataset, cfg.seed + 1, cfg.synthetic_examples, self.root, self.is_chief
             )
+            data.check_same_scale(source, eval_source)
+        self.log.event("input_scale", scale=source.scale, dtype=source.dtype,
+                       reason=source.scaling())  # fmt: skip
         replicas = strategy.num_replicas_in_sync
         global_batch = cfg.batch_size * replicas
         spe = cfg.steps_per_epoch or source.num_examples // global_batch
@@ -129,7 +132,9 @@ class Worker:
         num_classes = self._num_classes(source.num_classes)
         self.metrics.ready = True
         with strategy.scope():
-            net = model.build(cfg.model, source.input_shape, num_classes)
+            inner = model.build(cfg.model, source.input_shape, num_classes)
+            # The data's scale as the saved model's first layer: model.keras takes raw rows.
+            net = model.with_input_scale(inner, source.scale, source.input_shape)
             optimizer = tf_keras.optimizers.Adam(cfg.learning_rate_for(replicas))
             optimizer.build(net.trainable_variables)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -149,7 +154,7 @@ class Worker:
                 name="interval_sums",
             )
         tracked = {
-            "model": net,
+            "model": inner,
             "optimizer": optimizer,
             "step": step_var,
             "last_metrics": last_metrics,
