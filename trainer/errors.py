@@ -105,6 +105,18 @@ class RolloutRequested(RestartRequested):
     deletes its own pod so the controller recreates it from the new template."""
 
 
+EXIT_DIVERGED = 8
+"""The training loss is not finite (NaN or infinity): training stopped before saving anything
+after that step, so the latest checkpoint is still a good one. A restart from it would diverge
+again at the same place: change the learning rate or the data."""
+
+
+class DivergedError(TrainerError):
+    """The loss of a training call is NaN or infinite."""
+
+    exit_code = EXIT_DIVERGED
+
+
 class ApiUnansweredError(ApiError):
     """A lifecycle call (PATCH scale, DELETE pod) found no answer (connection, DNS, timeout, a
     truncated answer) or a 429/5xx one: worth another try, unlike a 403. Exit 7 once the tries

@@ -39,6 +39,7 @@ from trainer.errors import (
     EXIT_CHECKPOINT,
     EXIT_CONTRACT,
     EXIT_DATA,
+    EXIT_DIVERGED,
     EXIT_MODEL,
     EXIT_OK,
     EXIT_USAGE,
@@ -48,9 +49,10 @@ STATEFULSET = "tfd-worker"
 SERVICE = "tfd-workers"
 NAMESPACE = "local"
 PERMANENT_EXIT_CODES = frozenset(
-    {EXIT_USAGE, EXIT_CONTRACT, EXIT_DATA, EXIT_CHECKPOINT, EXIT_MODEL, EXIT_API}
+    {EXIT_USAGE, EXIT_CONTRACT, EXIT_DATA, EXIT_CHECKPOINT, EXIT_MODEL, EXIT_API, EXIT_DIVERGED}
 )
-"""Usage, contract, data, checkpoint, model and API (RBAC) errors: restarting cannot fix them."""
+"""Usage, contract, data, checkpoint, model and API (RBAC) errors, and a diverged loss (it would
+diverge again from the same checkpoint): restarting cannot fix them."""
 EXIT_INTERRUPTED = 130
 _GRACE_S = 15.0
 _WORKER_LINE = re.compile(r"^\[worker-(\d+)\] (.*)$")

@@ -17,6 +17,7 @@ A worker process's life around this (run identity, completion, rollouts) is trai
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -26,7 +27,13 @@ from typing import Any
 from trainer import checkpoints, contract, placement, precision, runs, runtime
 from trainer.checkpoints import GLOBAL_BATCH_KEY, LOSS_SCALE_KEY
 from trainer.config import Config
-from trainer.errors import DataError, RestartRequested, RolloutRequested, UsageError
+from trainer.errors import (
+    DataError,
+    DivergedError,
+    RestartRequested,
+    RolloutRequested,
+    UsageError,
+)
 from trainer.evaluate import Evaluator
 from trainer.finish import classify, finish
 from trainer.logs import Log
@@ -225,8 +232,15 @@ class Worker:
             local = tf.identity(sums.read_value())
             with tf.control_dependencies([local]):
                 sums.assign(tf.zeros(3))
+            # Weights that are not finite, once per call (one pass over them, against the
+            # call's steps of forward and backward passes): a ReLU turns NaN into 0, so a model
+            # whose weights are NaN can still show a finite loss.
+            broken = tf.add_n([tf.reduce_sum(tf.cast(~tf.math.is_finite(w), tf.float32))
+                               for w in net.weights if w.dtype.is_floating])  # fmt: skip
             ctx = tf.distribute.get_replica_context()
-            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat([local, stop_flags], 0))
+            return ctx.all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.concat([local, [broken], stop_flags], 0)
+            )
 
         @tf.function
         def train_call(steps: tf.Tensor, stop_flags: tf.Tensor) -> tf.Tensor:
@@ -349,7 +363,18 @@ class Worker:
                     t_first_done = now
                     self.log.event("first_step", step=step)
                 steps_since_log += k
-                loss_sum, correct, count, stop_votes, rollout_votes = (float(v) for v in out)
+                loss_sum, correct, count, broken, stop_votes, rollout_votes = (
+                    float(v) for v in out
+                )
+                # All-reduced figures: every worker stops here together, before any save, so
+                # the latest checkpoint predates the bad step.
+                if broken or not math.isfinite(loss_sum):
+                    weights = ", weights not finite" if broken else ""
+                    raise DivergedError(
+                        f"training diverged in steps {step - k + 1}-{step}: loss "
+                        f"{loss_sum / max(count, 1):g}{weights}; nothing saved after step "
+                        f"{step - k}; lower --learning-rate or look for NaN/Inf in the data"
+                    )
                 interval = (loss_sum, correct, count)
                 epoch_sums = [a + b for a, b in zip(epoch_sums, interval, strict=True)]
                 self.metrics.stepped(k, global_batch, now - t_call)
