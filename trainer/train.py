@@ -74,7 +74,7 @@ class Worker:
 
     # --- set-up -----------------------------------------------------------------------------
     def _strategy(self) -> Any:
-        return placement.strategy(self.config, self.spec, self.log)
+        return placement.strategy(self.config, self.spec, self.log, self.stop)
 
     def train(self) -> None:
         import tensorflow as tf
