@@ -20,7 +20,6 @@ TFRecord format: ``tf.train.Example`` with ``x`` (float_list, 784 values = 28x28
 from __future__ import annotations
 
 import io
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,11 +28,11 @@ import tensorflow as tf
 
 from trainer.checkpoints import first_line
 from trainer.errors import DataError
+from trainer.records import IMAGE_SHAPE, bad_record, parse
 
 SYNTHETIC = "synthetic"
 MNIST = "mnist"
 NUM_CLASSES_DEFAULT = 10
-_IMAGE_SHAPE = (28, 28, 1)
 _SHUFFLE_BUFFER = 10_000
 _CACHE_BYTES = 1 << 30
 """Parsed TFRecord shards up to this size (estimated from the counted records and the example
@@ -76,11 +75,11 @@ def synthetic(num_examples: int, seed: int) -> Source:
     Same (num_examples, seed) -> same arrays on every worker and every restart.
     """
     rng = np.random.default_rng(seed)
-    prototypes = rng.normal(0.0, 1.0, size=(NUM_CLASSES_DEFAULT, *_IMAGE_SHAPE)).astype("float32")
+    prototypes = rng.normal(0.0, 1.0, size=(NUM_CLASSES_DEFAULT, *IMAGE_SHAPE)).astype("float32")
     y = rng.integers(0, NUM_CLASSES_DEFAULT, size=num_examples).astype("int32")
-    noise = rng.normal(0.0, 1.0, size=(num_examples, *_IMAGE_SHAPE)).astype("float32")
+    noise = rng.normal(0.0, 1.0, size=(num_examples, *IMAGE_SHAPE)).astype("float32")
     x = prototypes[y] * 0.6 + noise
-    return Source(SYNTHETIC, num_examples, _IMAGE_SHAPE, NUM_CLASSES_DEFAULT, x=x, y=y)
+    return Source(SYNTHETIC, num_examples, IMAGE_SHAPE, NUM_CLASSES_DEFAULT, x=x, y=y)
 
 
 def _arrays(name: str, x: Any, y: Any) -> Source:
@@ -155,65 +154,6 @@ def load_mnist(cache_dir: str, is_chief: bool) -> Source:
     return _arrays(MNIST, x, y)
 
 
-_BAD_RECORD = "tfd-bad-record"
-"""Marks the assertion a malformed record fails in :func:`_parse_example`."""
-_BAD_RECORD_DATA = re.compile(
-    rf"\[{_BAD_RECORD}\] \[(?P<file>[^\]]*)\] \[(?P<feature>\w+)\] \[(?P<got>-?\d+)\] "
-    r"\[(?P<need>-?\d+)\]"
-)
-_FEATURE_RULES = {
-    "x": "'x_shape' (default 28x28x1) needs {need}",
-    "x_shape": "needs {need} (height, width, channels) or none",
-    "y": "needs {need} (the label)",
-}
-
-
-def _parse_example(record: tf.Tensor, file: tf.Tensor | str) -> tuple[tf.Tensor, tf.Tensor]:
-    """One ``tf.train.Example`` of ``file`` as (x, label). A record whose features have the
-    wrong number of values fails an assertion that names the file and the feature
-    (:func:`bad_record` reads it back); checking costs a few scalar ops per record."""
-    ex = tf.io.parse_single_example(
-        record,
-        {
-            "x": tf.io.VarLenFeature(tf.float32),
-            "y": tf.io.VarLenFeature(tf.int64),
-            "x_shape": tf.io.VarLenFeature(tf.int64),
-        },
-    )
-    values, labels, shape = ex["x"].values, ex["y"].values, ex["x_shape"].values
-    shape = tf.cond(tf.size(shape) > 0, lambda: shape, lambda: tf.constant(_IMAGE_SHAPE, tf.int64))
-    need = tf.reduce_prod(shape)
-
-    def check(ok: tf.Tensor, feature: str, got: tf.Tensor, wanted: Any) -> tf.Operation:
-        return tf.debugging.Assert(ok, [_BAD_RECORD, file, feature, got, wanted])
-
-    checks = [
-        check(tf.size(shape) == 3, "x_shape", tf.size(shape), 3),
-        check(tf.size(labels) == 1, "y", tf.size(labels), 1),
-        check(tf.size(values, tf.int64) == need, "x", tf.size(values, tf.int64), need),
-    ]
-    # Identities of the inputs made here take the checks as control inputs (an op whose inputs
-    # come from inside the block would not), so no reshape runs before the checks pass.
-    with tf.control_dependencies(checks):
-        values, labels, shape = tf.identity(values), tf.identity(labels), tf.identity(shape)
-    x = tf.reshape(values, tf.reshape(shape, [3]))
-    return x, tf.cast(tf.reshape(labels, []), tf.int32)
-
-
-def bad_record(err: BaseException) -> str | None:
-    """``bad record in <file>: feature 'x' has 5 values; ...`` when ``err`` is the assertion of
-    :func:`_parse_example` (raised wherever the pipeline runs: loading, the training loop),
-    else ``None``."""
-    match = _BAD_RECORD_DATA.search(getattr(err, "message", "") or str(err))
-    if match is None:
-        return None
-    rule = _FEATURE_RULES[match["feature"]].format(need=match["need"])
-    return (
-        f"bad record in {match['file']}: feature '{match['feature']}' has {match['got']} "
-        f"values; {rule}"
-    )
-
-
 def load_tfrecords(pattern: str, count: bool = True) -> Source:
     """TFRecord files from a file, glob or directory; checks the first record eagerly.
 
@@ -231,7 +171,7 @@ def load_tfrecords(pattern: str, count: bool = True) -> Source:
         raise DataError(f"--dataset {pattern}: no TFRecord files match")
     try:
         first = tf.data.TFRecordDataset(files[:1]).take(1)
-        parsed = next(iter(first.map(lambda r: _parse_example(r, files[0]))), None)
+        parsed = next(iter(first.map(lambda r: parse(r, files[0]))), None)
         if parsed is None:
             raise DataError(f"--dataset {files[0]}: TFRecord file is empty")
         x, _ = parsed
@@ -356,7 +296,7 @@ def eval_dataset(
     example at most once (the remainder that fills no global batch is not evaluated)."""
     base = _records(source).shard(num_workers, worker_index)
     if source.files:
-        base = base.map(_parse_example, num_parallel_calls=tf.data.AUTOTUNE)
+        base = base.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     ds = (
         base.batch(batch_size, drop_remainder=True)
         .take(steps * replicas_per_worker)
@@ -369,7 +309,7 @@ def eval_dataset(
 
 def _records(source: Source) -> tf.data.Dataset:
     """Every example of ``source`` in one fixed order (files read in parallel, interleaved);
-    a TFRecord comes with its file's name, for :func:`_parse_example`'s error."""
+    a TFRecord comes with its file's name, for :func:`trainer.records.parse`'s error."""
     if not source.files:
         return tf.data.Dataset.from_tensor_slices((source.x, source.y))
     files = tf.data.Dataset.from_tensor_slices(list(source.files))
@@ -456,7 +396,7 @@ def _record_batches(
     base = (
         _records(source)
         .shard(num_workers, worker_index)
-        .map(_parse_example, num_parallel_calls=tf.data.AUTOTUNE)
+        .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     )
     per_worker = source.num_examples // num_workers
     example_bytes = 4 * (int(np.prod(source.input_shape)) + 1)

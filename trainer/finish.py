@@ -122,10 +122,10 @@ def classify(err: Any, num_workers: int) -> Exception:
     """Map a TensorFlow runtime error in the loop to the trainer's error tree; the line keeps
     TensorFlow's cause (:func:`~trainer.checkpoints.first_line`: for a lost peer, its task
     and why, e.g. ``stopped sending heartbeats``) or names a malformed TFRecord's file and
-    feature (:func:`trainer.data.bad_record`)."""
+    feature (:func:`trainer.records.bad_record`)."""
     import tensorflow as tf
 
-    from trainer.data import bad_record
+    from trainer.records import bad_record
 
     peer_errors = (
         tf.errors.UnavailableError,
