@@ -404,6 +404,8 @@ def _parse_explicit_tf_config(raw: str) -> ClusterSpec:
             f"{ENV_TF_CONFIG}: cluster.worker must be a non-empty list of 'host:port'; "
             f"got {workers!r}"
         )
+    for host in workers:  # without a port TensorFlow would wait for the peer, not refuse it
+        _check_host_port(f"{ENV_TF_CONFIG}: cluster.worker", host)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(workers):
         raise ContractError(
             f"{ENV_TF_CONFIG}: task.index must be an integer in [0, {len(workers) - 1}]; "
@@ -420,10 +422,15 @@ def _parse_worker_hosts(raw: str, replicas: int) -> tuple[str, ...]:
             f"entries; got {raw!r}"
         )
     for host in hosts:
-        name, _, port = host.rpartition(":")
-        if not name or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ContractError(f"{ENV_WORKER_HOSTS}: entry must be 'host:port'; got {host!r}")
+        _check_host_port(ENV_WORKER_HOSTS, host)
     return hosts
+
+
+def _check_host_port(what: str, host: str) -> None:
+    """A peer address must be ``host:port`` with a port in 1-65535."""
+    name, _, port = host.rpartition(":")
+    if not name or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ContractError(f"{what}: entry must be 'host:port'; got {host!r}")
 
 
 def cluster_spec_from_env(env: Mapping[str, str], replicas: int | None = None) -> ClusterSpec:
