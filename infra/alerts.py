@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from infra.config import ConfigError
+from infra.config import ALERT_FOR_MINUTES, ConfigError
 from trainer.contract import (
     METRIC_CHECKPOINT_SAVE_SECONDS,
     METRIC_CHECKPOINT_TIMESTAMP,
@@ -62,7 +62,7 @@ class AlertThresholds:
         max_resumes: resumes from a checkpoint tolerated in the window (0-1000, default 3);
             more fires ``TfdResumesRising``.
         for_minutes: how long a condition must hold before an alert fires (minutes, 0-60,
-            default 5).
+            default 5; the stack's ``monitoringAlertForMinutes``).
         checkpoint_save_max_seconds: 90th percentile of checkpoint save time over the restart
             window above this (seconds, 1-3600, default 60) fires ``TfdCheckpointSavesSlow``:
             every worker waits for each save, and a preempted pod must save within its grace
@@ -84,7 +84,7 @@ class AlertThresholds:
             "restart_window_minutes": (5, 1440),
             "max_restarts": (0, 1000),
             "max_resumes": (0, 1000),
-            "for_minutes": (0, 60),
+            "for_minutes": ALERT_FOR_MINUTES,
             "checkpoint_save_max_seconds": (1, 3600),
         }
         for key, (lo, hi) in ranges.items():
