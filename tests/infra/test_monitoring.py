@@ -88,11 +88,15 @@ CONTRACT_SERIES = set(contract.METRIC_NAMES) | {
 """Every series name the trainer exposes: the contract names plus each histogram's series."""
 
 
+PROMETHEUS_SERIES = frozenset({"up"})
+"""Series Prometheus writes itself for each scrape target (the rules may read them too)."""
+
+
 def test_every_alert_uses_only_contract_metrics() -> None:
     for rule in alerts.alert_rules():
         names = metric_names(rule["expr"])
         assert names, f"alert {rule['alert']}: no metric in {rule['expr']!r}"
-        unknown = names - CONTRACT_SERIES
+        unknown = names - CONTRACT_SERIES - PROMETHEUS_SERIES
         assert not unknown, f"alert {rule['alert']}: not in contract.METRIC_NAMES: {unknown}"
 
 
@@ -270,8 +274,28 @@ PROMTOOL_CASES = {
         [
             _series(contract.METRIC_WORLD_SIZE, "2x30", pod=0),
             _series(contract.METRIC_WORLD_SIZE, "2x30", pod=1),
+            _series("up", "1x30", pod=0),
+            _series("up", "1x30", pod=1),
             _series(contract.METRIC_COMPLETED, "0x30"),
         ],
+        [_silent(alerts.ALERT_WORKERS_MISSING, T.for_minutes + 3)],
+    ),
+    # A worker gone for good: the one left waits for it inside TensorFlow and its scrape fails
+    # too, so no world size is reported at all; its failing scrape still counts.
+    "workers that do not answer the scrape fire": _case(
+        [
+            _series(contract.METRIC_WORLD_SIZE, "2x5 stale", pod=0),
+            _series(contract.METRIC_WORLD_SIZE, "2x5 stale", pod=1),
+            _series("up", "1x5 0x25", pod=0),
+            _series(contract.METRIC_COMPLETED, "0x5 stale"),
+        ],
+        [
+            _silent(alerts.ALERT_WORKERS_MISSING, 5),
+            _fires(alerts.ALERT_WORKERS_MISSING, 5 + T.for_minutes + 2, "critical"),
+        ],
+    ),
+    "other scrape jobs are ignored": _case(
+        [{"series": 'up{namespace="kube-system", job="kubelet"}', "values": "0x30"}],
         [_silent(alerts.ALERT_WORKERS_MISSING, T.for_minutes + 3)],
     ),
 }
