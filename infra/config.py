@@ -36,6 +36,13 @@ PROJECT_FILE = Path(__file__).resolve().parent.parent / "Pulumi.yaml"
 DISABLE_DEFAULT_PROVIDERS = "pulumi:disable-default-providers"
 
 CLUSTER_KINDS = ("minikube", "cloud")
+NAMESPACE_MODES = ("create", "existing")
+"""``namespaceMode``/``monitoringNamespaceMode``: ``create`` makes the namespace the stack's own
+(labelled by it, deleted with it); ``existing`` deploys into a namespace the stack does not own
+(no Namespace resource: its labels and its life are left to its owner)."""
+SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
+"""Namespaces every cluster has and needs; refused as the training or monitoring namespace (the
+stack would label them, put a default-deny NetworkPolicy on their pods and own their fate)."""
 RETENTION_POLICIES = ("Retain", "Delete")
 ON_DONE = ("scale-to-zero", "idle")
 """``onDone`` values; the trainer's ``--on-done`` also has ``exit`` (for local runs)."""
@@ -130,6 +137,22 @@ def parse_quantity(text: str) -> Decimal:
         return Decimal(match["num"]) * scale
     except InvalidOperation:
         raise ValueError(text) from None
+
+
+def scale_quantity(text: str | int, factor: int) -> str:
+    """A Kubernetes quantity times a whole ``factor``, in the same suffix (``16Gi`` x 4 ->
+    ``64Gi``, ``500m`` x 3 -> ``1500m``): exact, with no rounding through floats.
+
+    Raises:
+        ValueError: ``text`` is not a quantity.
+    """
+    match = _QUANTITY.match(str(text))
+    if not match:
+        raise ValueError(text)
+    number = Decimal(match["num"]) * factor
+    # 'f' never writes an exponent (Decimal('1E+2') -> '100'); drop a trailing '.0'.
+    digits = format(number.normalize(), "f") if number else "0"
+    return f"{digits}{match['suffix'] or ''}"
 
 
 # --- Typed configuration. ---
@@ -307,6 +330,13 @@ class MonitoringConfig:
     values: Mapping[str, Any] = field(default_factory=dict)
     """Extra chart values from ``monitoringValuesFile`` (empty without one)."""
     alert_for_minutes: int = 0
+    namespace_mode: str = "create"
+
+    @property
+    def creates_namespace(self) -> bool:
+        """The installing stack creates (and owns) the monitoring namespace; a stack that does
+        not install, or ``monitoringNamespaceMode: existing``, never creates it."""
+        return self.install and self.namespace_mode == "create"
 
 
 @dataclass(frozen=True)
@@ -335,7 +365,11 @@ class StackConfig:
 
     Attributes:
         app_name: prefix of every Kubernetes object name (DNS label, <= 40 characters).
-        namespace: namespace of the training objects (created by the stack).
+        namespace: namespace of the training objects (never a system namespace).
+        namespace_mode: ``create`` (the stack creates and owns the namespace) or ``existing``
+            (it deploys into a namespace it does not own, see :data:`NAMESPACE_MODES`).
+        project, stack: the Pulumi project and stack names: with ``runId`` they name the run's
+            checkpoint directory (``infra.workers.checkpoint_dir``), so no two stacks share one.
     """
 
     app_name: str
@@ -346,7 +380,15 @@ class StackConfig:
     training: TrainingConfig
     autoscaling: AutoscalingConfig
     monitoring: MonitoringConfig
+    project: str
+    stack: str
     image: ImageConfig = field(default_factory=ImageConfig)
+    namespace_mode: str = "create"
+
+    @property
+    def owns_namespace(self) -> bool:
+        """The stack creates the training namespace, labels it and deletes it on destroy."""
+        return self.namespace_mode == "create"
 
     @property
     def statefulset_name(self) -> str:
@@ -366,12 +408,18 @@ class StackConfig:
 
     @property
     def retains_checkpoint_claim(self) -> bool:
-        """``pulumi destroy`` keeps the checkpoint claim and the namespace that holds it.
+        """``pulumi destroy`` keeps the checkpoint claim (and the namespace that holds it).
 
         True with ``checkpointRetention: Retain`` and a claim (no ``checkpointUri``): deleting
-        the namespace would delete the claim, so both are ``retain_on_delete``.
+        the namespace would delete the claim, so a namespace the stack owns is
+        ``retain_on_delete`` as well (:attr:`retains_namespace`).
         """
         return self.storage.uri is None and self.storage.retention == "Retain"
+
+    @property
+    def retains_namespace(self) -> bool:
+        """``pulumi destroy`` keeps the namespace the stack created, for the claim it holds."""
+        return self.owns_namespace and self.retains_checkpoint_claim
 
     @property
     def replicas_source(self) -> str:
@@ -451,6 +499,17 @@ class _Reader:
         text = self.string(key, contract.DNS_LABEL, "must be a lowercase DNS label (<= 63)")
         if len(text) > 63:
             self.fail(key, "must be at most 63 characters", text)
+        return text
+
+    def namespace(self, key: str, check: bool = True) -> str:
+        """A namespace name: :meth:`dns_label`, and (``check``) never a system namespace."""
+        text = self.dns_label(key)
+        if check and text in SYSTEM_NAMESPACES:
+            self.fail(
+                key,
+                f"must not be a Kubernetes system namespace ({', '.join(SYSTEM_NAMESPACES)})",
+                text,
+            )
         return text
 
     def _array(self, key: str) -> tuple[Any, Any]:
@@ -659,6 +718,9 @@ def parse_config(
     secret_keys: Collection[str] = (),
     secrets: Mapping[str, pulumi.Output[str]] | None = None,
     environ: Mapping[str, str] | None = None,
+    *,
+    project: str | None = None,
+    stack: str | None = None,
 ) -> StackConfig:
     """Validate the flat configuration and build the typed :class:`StackConfig`.
 
@@ -671,6 +733,9 @@ def parse_config(
             the short key; only read when the whole configuration is valid.
         environ: the process environment (default ``os.environ``); only ``DOCKER_HOST`` is
             read, for minikube stacks that build their image.
+        project, stack: the Pulumi project and stack names (default: the running program's,
+            ``pulumi.get_project()`` and ``pulumi.get_stack()``); each must be a path segment
+            (:data:`trainer.contract.RUN_ID`), as it names the checkpoint directory.
 
     Raises:
         ConfigError: one or more values break a rule; nothing has been registered.
@@ -680,7 +745,8 @@ def parse_config(
     app_name = r.string("appName", contract.DNS_LABEL, "must be a lowercase DNS label")
     if len(app_name) > 40:
         r.fail("appName", "must be at most 40 characters (pod names append suffixes)", app_name)
-    namespace = r.dns_label("namespace")
+    namespace = r.namespace("namespace")
+    namespace_mode = r.choice("namespaceMode", NAMESPACE_MODES)
 
     # Cluster.
     kind = r.choice("clusterKind", CLUSTER_KINDS)
@@ -759,7 +825,15 @@ def parse_config(
         r.fail("checkpointUri", "must be empty or a gs://bucket/path or s3://bucket/path URI", uri)
     retention = r.choice("checkpointRetention", RETENTION_POLICIES)
 
-    # The run.
+    # The run: <checkpoint root>/<project>/<stack>/<runId>.
+    project = pulumi.get_project() if project is None else project
+    stack = pulumi.get_stack() if stack is None else stack
+    for what, name in (("project", project), ("stack", stack)):
+        if not contract.RUN_ID.match(name):
+            r.problems.append(
+                f"pulumi {what} name: must be {contract.RUN_ID_RULE} (it names the checkpoint "
+                f"directory); got {name!r}"
+            )
     run_id = r.string("runId", contract.DNS_LABEL, "must be a lowercase DNS label")
     if len(run_id) > RUN_ID_MAX:
         r.fail("runId", f"must be at most {RUN_ID_MAX} characters", run_id)
@@ -819,7 +893,9 @@ def parse_config(
     # Monitoring.
     mon_on = r.boolean("monitoringEnabled")
     mon_install = r.boolean("monitoringInstall")
-    mon_ns = r.dns_label("monitoringNamespace")
+    # Checked only where used: with monitoring off the key names nothing on the cluster.
+    mon_ns = r.namespace("monitoringNamespace", check=mon_on)
+    mon_ns_mode = r.choice("monitoringNamespaceMode", NAMESPACE_MODES)
     if mon_on and mon_ns == namespace:
         r.fail("monitoringNamespace", f"must differ from namespace ({namespace})", mon_ns)
     chart_version = r.string(
@@ -888,6 +964,7 @@ def parse_config(
     return StackConfig(
         app_name=app_name,
         namespace=namespace,
+        namespace_mode=namespace_mode,
         cluster=ClusterConfig(
             kind=kind,
             context=context,
@@ -944,7 +1021,10 @@ def parse_config(
             chart_repository=chart_repository,
             values=chart_values,
             alert_for_minutes=alert_for,
+            namespace_mode=mon_ns_mode,
         ),
+        project=project,
+        stack=stack,
         image=image,
     )
 

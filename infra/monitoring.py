@@ -10,7 +10,9 @@ neither collide with the install (``AlreadyExists``) nor remove it on ``pulumi d
 What it creates (every child has ``parent=self`` and so inherits the component's
 ``kubernetes`` provider; no default provider is ever used):
 
-- a Namespace for the stack. Pod Security ``enforce: baseline`` (``warn``/``audit:
+- a Namespace for the stack (``monitoringNamespaceMode: create``, the default; with
+  ``existing`` the release goes into a namespace the stack neither creates, labels nor deletes,
+  and its Pod Security level is its owner's). Pod Security ``enforce: baseline`` (``warn``/``audit:
   restricted``): node-exporter is disabled because it needs ``hostNetwork``, ``hostPID`` and
   ``hostPath`` (``privileged``) and reports node, not training, health; everything else the
   chart runs fits ``baseline``. Kubernetes labels it ``kubernetes.io/metadata.name=<name>``,
@@ -110,6 +112,8 @@ class MonitoringArgs:
         install: this stack installs the cluster's monitoring (namespace, Grafana secret,
             kube-prometheus-stack release, dashboard); ``False`` uses an existing install in
             ``namespace`` and creates only this stack's PodMonitor and PrometheusRule.
+        create_namespace: the installing stack creates ``namespace`` (its own, deleted on
+            destroy); ``False`` installs into an existing namespace it does not own.
     """
 
     namespace: str
@@ -122,6 +126,7 @@ class MonitoringArgs:
     chart_repository: str = CHART_REPO
     values: Mapping[str, Any] = field(default_factory=dict)
     alert_thresholds: alerts.AlertThresholds = field(default_factory=alerts.AlertThresholds)
+    create_namespace: bool = True
 
 
 def namespace_labels(labels: Mapping[str, str]) -> dict[str, str]:
@@ -306,19 +311,22 @@ class Monitoring(Component):
     def _install(self, name: str, args: MonitoringArgs) -> k8s.helm.v3.Release:
         """The cluster's monitoring: namespace, Grafana admin secret, release, dashboard."""
         child = self.child_opts()
-        ns = k8s.core.v1.Namespace(
-            f"{name}-namespace",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=args.namespace, labels=namespace_labels(args.labels)
-            ),
-            opts=child,
-        )
+        namespace: pulumi.Input[str] = args.namespace
+        if args.create_namespace:
+            ns = k8s.core.v1.Namespace(
+                f"{name}-namespace",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=args.namespace, labels=namespace_labels(args.labels)
+                ),
+                opts=child,
+            )
+            namespace = ns.metadata.name
         release_deps: list[pulumi.Resource] = []
         if args.grafana_admin_password is not None:
             admin_secret = k8s.core.v1.Secret(
                 f"{name}-grafana-admin",
                 metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=GRAFANA_ADMIN_SECRET, namespace=ns.metadata.name, labels=dict(args.labels)
+                    name=GRAFANA_ADMIN_SECRET, namespace=namespace, labels=dict(args.labels)
                 ),
                 type="Opaque",
                 string_data={
@@ -335,7 +343,7 @@ class Monitoring(Component):
                 chart=CHART_NAME,
                 version=args.chart_version,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=args.chart_repository),
-                namespace=ns.metadata.name,
+                namespace=namespace,
                 values=helm_values(args),
                 timeout=RELEASE_TIMEOUT_S,
             ),
@@ -345,7 +353,7 @@ class Monitoring(Component):
             f"{name}-dashboard",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=DASHBOARD_CONFIGMAP,
-                namespace=ns.metadata.name,
+                namespace=namespace,
                 labels=dashboard_labels(args.labels),
             ),
             data={trainer_dashboard.FILE_NAME: trainer_dashboard.dashboard_json()},

@@ -1,10 +1,19 @@
-"""The training namespace, the workers' ServiceAccount and their (minimal) RBAC.
+"""The training namespace, its quota, the workers' ServiceAccount and their (minimal) RBAC.
 
 The trainer calls the Kubernetes API for its own StatefulSet only (``contract.API_CALLS``):
 ``get`` it (live replica count, rollout revision), ``patch`` its ``scale`` subresource (to zero
 when the run is done), and ``delete`` its own pod (a rollout restarts the workers together).
-The Role grants exactly those verbs, each on the StatefulSet's name or its pods' names. The
-token is never automounted: the StatefulSet projects a short-lived one (:mod:`infra.workers`).
+The Role grants exactly those verbs, each on the StatefulSet's name or its pods' names
+(:mod:`infra.admission` keeps the scale patch at zero). The token is never automounted: the
+StatefulSet projects a short-lived one (:mod:`infra.workers`).
+
+``namespaceMode: create`` (the default) makes the namespace the stack's own: created with Pod
+Security ``restricted`` labels and a ResourceQuota (:mod:`infra.quota`), deleted on
+``pulumi destroy`` unless it holds a retained checkpoint claim. Released pulumi-kubernetes
+providers (4.29 and later) create with a plain ``create``, so a namespace that already exists
+fails ``pulumi up`` with ``AlreadyExists`` instead of being taken over; ``namespaceMode:
+existing`` deploys into such a namespace without a Namespace resource (never labelled, never
+deleted by the stack), or ``pulumi import`` adopts it (``docs/infra.md``).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from infra import workers
 from infra.component import Component
 from infra.config import StackConfig
 from infra.labels import kwargs, metadata
+from infra.quota import quota_manifest
 from trainer import contract
 
 COMPONENT_TYPE = "tfd:infra:TrainingNamespace"
@@ -73,15 +83,18 @@ class TrainingNamespaceArgs:
 
 
 class TrainingNamespace(Component):
-    """Namespace, ServiceAccount, Role and RoleBinding.
+    """Namespace and ResourceQuota (``namespaceMode: create`` only), ServiceAccount, Role and
+    RoleBinding.
 
-    With a retained checkpoint claim (:attr:`infra.config.StackConfig.retains_checkpoint_claim`)
-    the Namespace is ``retain_on_delete`` as well: deleting a namespace deletes every object in
-    it, so ``pulumi destroy`` would otherwise delete the claim it was told to keep.
+    With a retained checkpoint claim (:attr:`infra.config.StackConfig.retains_namespace`) the
+    Namespace is ``retain_on_delete`` as well: deleting a namespace deletes every object in it,
+    so ``pulumi destroy`` would otherwise delete the claim it was told to keep.
 
     Attributes:
-        namespace_name: the namespace, as an output of the Namespace (children depend on it).
+        namespace_name: the namespace, as an output of the Namespace where the stack creates it
+            (children depend on it), else the configured name.
         service_account_name: the workers' ServiceAccount name.
+        role_rules: the Role's rules (what :mod:`infra.admission` guards).
     """
 
     namespace_name: pulumi.Output[str]
@@ -92,12 +105,22 @@ class TrainingNamespace(Component):
     ) -> None:
         super().__init__(COMPONENT_TYPE, name, opts)
         cfg = args.cfg
-        ns = kubernetes.core.v1.Namespace(
-            name,
-            **kwargs(namespace_manifest(cfg)),
-            opts=self.child_opts(retain_on_delete=cfg.retains_checkpoint_claim),
-        )
-        in_ns = self.child_opts(depends_on=[ns])
+        self.role_rules = role_rules(cfg)
+        namespaced: list[pulumi.Resource] = []
+        if cfg.owns_namespace:
+            ns = kubernetes.core.v1.Namespace(
+                name,
+                **kwargs(namespace_manifest(cfg)),
+                opts=self.child_opts(retain_on_delete=cfg.retains_namespace),
+            )
+            namespaced.append(ns)
+            self.namespace_name = ns.metadata.apply(lambda m: m.name)
+        else:
+            self.namespace_name = pulumi.Output.from_input(cfg.namespace)
+        in_ns = self.child_opts(depends_on=namespaced)
+        quota = quota_manifest(cfg)
+        if quota is not None:
+            kubernetes.core.v1.ResourceQuota(f"{name}-quota", **kwargs(quota), opts=in_ns)
         sa = kubernetes.core.v1.ServiceAccount(
             f"{name}-worker", **kwargs(service_account_manifest(cfg)), opts=in_ns
         )
@@ -107,7 +130,6 @@ class TrainingNamespace(Component):
             **kwargs(role_binding_manifest(cfg, role_name(cfg))),
             opts=self.child_opts(depends_on=[role, sa]),
         )
-        self.namespace_name = ns.metadata.apply(lambda m: m.name)
         self.service_account_name = sa.metadata.apply(lambda m: m.name)
         self.register_outputs(
             {"namespace": self.namespace_name, "service_account": self.service_account_name}

@@ -1,6 +1,9 @@
 """NetworkPolicies of the training namespace: deny everything, then allow what training needs.
 
-* ``default-deny``: every pod of the namespace, no ingress, no egress.
+* ``default-deny``: every pod of the namespace, no ingress, no egress. In a namespace the
+  stack does not own (``namespaceMode: existing``) this and the ``dns`` policy select the
+  stack's own pods only (:func:`scope_selector`): a policy that selects a pod isolates it, so
+  ``podSelector: {}`` would cut every other workload of that namespace off the network.
 * ``workers-grpc``: workers reach each other on the gRPC port (both directions). On GPU
   stacks whose collective may be NCCL (``nccl``, or ``auto``, which picks NCCL on GPUs) it is
   ``workers-nccl`` instead: worker-to-worker TCP on every port, because NCCL's bootstrap and
@@ -10,7 +13,10 @@
   of ``dnsEgressCidrs`` (NodeLocal DNSCache, GKE's metadata-server DNS).
 * ``api-server``: workers reach the API server CIDRs/ports from config for their own
   StatefulSet (``contract.API_CALLS``: replica count, rollouts, scale to zero when done).
-* ``https-egress`` (``egressHttpsCidrs`` only): TCP 443 to those CIDRs for datasets/buckets.
+* ``https-egress`` (``egressHttpsCidrs`` only): TCP 443 to those CIDRs for datasets/buckets,
+  each with the in-cluster, private and metadata ranges inside it excepted
+  (:func:`excepted_ranges`): ``0.0.0.0/0`` means "the internet", not the API server's
+  neighbours, the nodes' metadata server or the other tenants' pods.
 * ``metrics`` (monitoring only): ingress on the metrics port from the monitoring namespace.
 
 Kubelet probes come from the node, which NetworkPolicy implementations allow to reach local pods.
@@ -18,6 +24,7 @@ Kubelet probes come from the node, which NetworkPolicy implementations allow to 
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 import pulumi
@@ -32,10 +39,59 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """Label the API server sets on every namespace (immutable, equals the name)."""
 DNS_NAMESPACE = "kube-system"
 DNS_POD_LABELS = {"k8s-app": "kube-dns"}
+EXCEPTED_RANGES: dict[str, str] = {
+    "169.254.0.0/16": "link-local: cloud metadata servers (169.254.169.254) and node-local "
+    "services",
+    "10.0.0.0/8": "RFC 1918 private: pods, services, nodes, VPC peers",
+    "172.16.0.0/12": "RFC 1918 private",
+    "192.168.0.0/16": "RFC 1918 private",
+    "100.64.0.0/10": "RFC 6598 shared address space: pod ranges of EKS/GKE custom networking",
+    "fe80::/10": "IPv6 link-local",
+    "fc00::/7": "IPv6 unique local: private ranges, AWS's metadata server fd00:ec2::254",
+}
+"""Ranges cut out of every ``egressHttpsCidrs`` entry that contains them, with why. An entry
+that is (or lies inside) one of them is allowed as written: listing ``10.20.0.0/16`` for an
+internal mirror says that range is wanted."""
+STACK_POD_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance")
+"""The labels every pod of this stack (and no other stack's) carries: see ``infra.labels``."""
 
 
 def _policy(cfg: StackConfig, suffix: str, spec: dict) -> dict:
     return {"metadata": metadata(cfg, f"{cfg.app_name}-{suffix}", "network"), "spec": spec}
+
+
+def scope_selector(cfg: StackConfig) -> dict:
+    """The pods the namespace-wide policies (default deny, DNS) select: every pod of a namespace
+    the stack owns, else only this stack's (its ``app.kubernetes.io/name`` and ``instance``)."""
+    if cfg.owns_namespace:
+        return {}
+    labels = selector_labels(cfg)
+    return {"matchLabels": {k: labels[k] for k in STACK_POD_LABELS}}
+
+
+def excepted_ranges(cidr: str) -> list[str]:
+    """The :data:`EXCEPTED_RANGES` strictly inside ``cidr`` (same IP version), for its
+    ``ipBlock.except``."""
+    network = ipaddress.ip_network(cidr)
+    out = []
+    for text in EXCEPTED_RANGES:
+        excepted = ipaddress.ip_network(text)
+        if (
+            excepted.version == network.version
+            and excepted != network
+            and excepted.subnet_of(network)  # type: ignore[arg-type]
+        ):
+            out.append(text)
+    return out
+
+
+def https_peer(cidr: str) -> dict:
+    """One ``to`` entry of ``https-egress``: the CIDR minus :func:`excepted_ranges`."""
+    block: dict = {"cidr": cidr}
+    excepted = excepted_ranges(cidr)
+    if excepted:
+        block["except"] = excepted
+    return {"ipBlock": block}
 
 
 def uses_nccl(cfg: StackConfig) -> bool:
@@ -71,13 +127,17 @@ def network_policy_manifests(cfg: StackConfig) -> list[dict]:
     """Every NetworkPolicy of the namespace (``metadata`` + ``spec``), deny-all first."""
     workers = {"matchLabels": selector_labels(cfg)}
     policies = [
-        _policy(cfg, "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        _policy(
+            cfg,
+            "default-deny",
+            {"podSelector": scope_selector(cfg), "policyTypes": ["Ingress", "Egress"]},
+        ),
         peer_policy(cfg),
         _policy(
             cfg,
             "dns",
             {
-                "podSelector": {},
+                "podSelector": scope_selector(cfg),
                 "policyTypes": ["Egress"],
                 "egress": [
                     {
@@ -125,9 +185,7 @@ def network_policy_manifests(cfg: StackConfig) -> list[dict]:
                     "policyTypes": ["Egress"],
                     "egress": [
                         {
-                            "to": [
-                                {"ipBlock": {"cidr": c}} for c in cfg.cluster.egress_https_cidrs
-                            ],
+                            "to": [https_peer(c) for c in cfg.cluster.egress_https_cidrs],
                             "ports": [{"protocol": "TCP", "port": 443}],
                         }
                     ],

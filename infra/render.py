@@ -43,11 +43,12 @@ from infra.image import mock_image_outputs
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
 STACKS = ("dev", "prod")
-USER_SECRETS: dict[str, tuple[str, ...]] = {"prod": ("kubeconfig", "grafanaAdminPassword")}
+USER_SECRETS: dict[str, tuple[str, ...]] = {"prod": ("grafanaAdminPassword",)}
 """Secrets an example stack's users set themselves (its stack file says how: a ciphertext only
 their secrets provider can decrypt cannot ship in the file); rendered as set, with the
 placeholder :data:`SECRET_TEXT`, unless the stack file or an override sets them."""
 SECRET_TEXT = "[secret]"
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 MOCK_DOCKER_HOST = "unix:///var/run/docker.sock"
 """``DOCKER_HOST`` while rendering when the shell has none (nothing is built under mocks)."""
 # How the Pulumi runtime marks a secret value inside serialized inputs.
@@ -73,6 +74,8 @@ class Registered:
         dependencies: URNs of the resources it waits for (``depends_on``, expanded).
         replace_on_changes, delete_before_replace: those resource options.
         custom_timeouts: ``{"create": ..., "update": ..., "delete": ...}``, the set ones only.
+        urn: the resource's URN (what ``pulumi import --parent``/``--provider`` and
+            ``--exclude`` name).
     """
 
     type: str
@@ -85,10 +88,16 @@ class Registered:
     replace_on_changes: tuple[str, ...] = ()
     delete_before_replace: bool = False
     custom_timeouts: dict[str, str] = field(default_factory=dict)
+    urn: str = ""
 
     @property
     def is_manifest(self) -> bool:
-        return "apiVersion" in self.inputs and "kind" in self.inputs
+        """A whole Kubernetes object (a ``...Patch`` resource holds only some of its fields)."""
+        return (
+            "apiVersion" in self.inputs
+            and "kind" in self.inputs
+            and not self.type.endswith("Patch")
+        )
 
     @property
     def kind(self) -> str:
@@ -240,6 +249,11 @@ class _Monitor(pulumi_mocks.MockMonitor):
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
         timeouts = request.customTimeouts
         self.recorder.options[(request.type, request.name)] = {
+            # The engine leaves the root stack's type out of its children's URNs (the mocks
+            # keep it): what `pulumi import --parent` and `--exclude` must be given.
+            "urn": self.make_urn(request.parent, request.type, request.name).replace(
+                f"::{ROOT_STACK_TYPE}$", "::"
+            ),
             "ignore_changes": tuple(request.ignoreChanges),
             "retain_on_delete": bool(request.retainOnDelete),
             "dependencies": tuple(request.dependencies),

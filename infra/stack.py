@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pulumi
 
+from infra.admission import WorkerScaleGuard, WorkerScaleGuardArgs
 from infra.autoscaling import Autoscaler, AutoscalerArgs
 from infra.cluster import make_provider
 from infra.config import StackConfig
@@ -116,6 +117,7 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
             chart_repository=cfg.monitoring.chart_repository,
             values=cfg.monitoring.values,
             alert_thresholds=AlertThresholds(for_minutes=cfg.monitoring.alert_for_minutes),
+            create_namespace=cfg.monitoring.creates_namespace,
         )
 
     provider = make_provider("kubernetes", cfg.cluster)
@@ -127,6 +129,10 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     namespace = TrainingNamespace("training", TrainingNamespaceArgs(cfg), on_cluster)
     in_namespace = pulumi.ResourceOptions(providers=[provider], depends_on=[namespace])
     NetworkPolicies("network", NetworkPoliciesArgs(cfg), in_namespace)
+    # Before any worker runs: the workers' scale calls are held at zero from their first call.
+    guard = WorkerScaleGuard(
+        "scale-guard", WorkerScaleGuardArgs(cfg, namespace.role_rules), on_cluster
+    )
     workers = Workers(
         "workers",
         WorkersArgs(
@@ -135,7 +141,7 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
             pull_policy=image.pull_policy,
             image_id=image.content_id,
         ),
-        in_namespace,
+        pulumi.ResourceOptions(providers=[provider], depends_on=[namespace, guard]),
     )
     if cfg.autoscaling.enabled:
         Autoscaler("autoscaler", AutoscalerArgs(cfg, workers.statefulset), in_namespace)

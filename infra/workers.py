@@ -8,9 +8,10 @@ for worker 1. ``publishNotReadyAddresses`` lets peers resolve each other before 
 
 The run's lifecycle (``docs/infra.md``, "Lifecycle"):
 
-* Run identity: ``runId`` names the checkpoint directory (``.../<appName>/<runId>``) and is an
-  annotation of the StatefulSet that Pulumi replaces on change (delete first): a new run starts
-  with ``replicas`` workers from step 0, whatever the previous run scaled to.
+* Run identity: ``runId`` names the checkpoint directory (``<root>/<project>/<stack>/<runId>``,
+  :func:`checkpoint_dir`) and is an annotation of the StatefulSet that Pulumi replaces on
+  change (delete first): a new run starts with ``replicas`` workers from step 0, whatever the
+  previous run scaled to.
 * Rollouts: ``updateStrategy: OnDelete``. A ``RollingUpdate`` replaces one pod at a time from
   the highest ordinal, each replacement breaks the collective (N restarts, old and new images
   side by side), and ``maxUnavailable`` for StatefulSets is an alpha feature. Instead every
@@ -20,10 +21,19 @@ The run's lifecycle (``docs/infra.md``, "Lifecycle"):
 * Completion: with ``onDone: scale-to-zero`` the chief scales the StatefulSet to 0 through the
   ``scale`` subresource. ``spec.replicas`` then belongs to that field manager; Pulumi keeps its
   inputs, so ``pulumi preview`` shows no diff, and the HPA leaves a target at 0 alone.
+* The worker count: the StatefulSet resource sets ``spec.replicas`` when it is created and never
+  again (``ignoreChanges``): the HPA, a resize and the trainer's scale to zero own it later. A
+  ``StatefulSetPatch`` sets it to ``replicas`` (forced), and its Pulumi name carries a digest of
+  the run's target (:func:`run_target`): when the target changes (more epochs: continue a
+  finished run; a new worker count without an HPA) a new patch replaces the old one and the
+  workers come back, also after the HPA has stopped acting on a target at zero. An unchanged
+  target changes nothing, so a finished run stays at zero through ``pulumi up`` and ``pulumi
+  refresh`` (the patch ignores its own ``spec.replicas`` read back by a refresh).
 """
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 from dataclasses import dataclass
 
@@ -56,6 +66,16 @@ REVISION_LABEL = "controller-revision-hash"
 CLOUD_TIMEOUTS = pulumi.CustomTimeouts(create="30m", update="30m")
 """StatefulSet awaits on cloud stacks: a GPU node pool scaling up from zero and a multi-GB
 image pull each take minutes, beyond the provider's 10-minute default."""
+RUN_TARGET_ANNOTATION = "tf-distributed.io/run-target"
+"""Annotation of the worker count patch: what the run is asked to do (run id, epochs, steps per
+epoch, and the worker count when no autoscaler owns it). A new value brings a finished run's
+workers back; the same value leaves a finished run at zero (module docstring)."""
+PATCH_FORCE_ANNOTATION = "pulumi.com/patchForce"
+"""The provider's annotation for a forced server-side apply: the patch takes ``spec.replicas``
+back from whoever set it last (the trainer's scale to zero, the HPA)."""
+CLAIM_SERVER_FIELDS = ("spec.volumeName", "spec.volumeMode")
+"""Fields of the checkpoint claim that the cluster fills in (the bound volume, the default
+mode): ignored in diffs, so an imported claim is not replaced."""
 IMAGE_ID_ANNOTATION = "tf-distributed.io/image-id"
 """Pod-template annotation with the built image's ID/digest: a rebuilt image under the same tag
 (minikube) still changes the template and rolls the workers."""
@@ -65,14 +85,26 @@ if posixpath.dirname(contract.DEFAULT_API_CA_PATH) != API_TOKEN_DIR:  # pragma: 
 
 
 def checkpoint_dir(cfg: StackConfig) -> str:
-    """``TFD_CHECKPOINT_DIR``: the run's directory in the object store or on the shared claim."""
-    root = cfg.storage.uri.rstrip("/") if cfg.storage.uri else f"{CHECKPOINT_MOUNT}/{cfg.app_name}"
-    return f"{root}/{cfg.training.run_id}"
+    """``TFD_CHECKPOINT_DIR``: ``<root>/<project>/<stack>/<runId>``, the root being the object
+    store URI or the shared claim's mount. Unique per project, stack and run by construction:
+    two stacks (or two projects) on one bucket or claim never share a run directory."""
+    root = cfg.storage.uri.rstrip("/") if cfg.storage.uri else CHECKPOINT_MOUNT
+    return f"{root}/{cfg.project}/{cfg.stack}/{cfg.training.run_id}"
 
 
 def max_replicas(cfg: StackConfig) -> int:
     """The most workers the StatefulSet can have: the autoscaler's maximum, else ``replicas``."""
     return cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else cfg.workers.replicas
+
+
+def container_resources(cfg: StackConfig) -> dict[str, dict[str, str | int]]:
+    """The trainer container's ``resources``: one worker's requests and limits (GPUs as a limit
+    only, which Kubernetes copies to the request). The namespace quota multiplies these."""
+    w = cfg.workers
+    limits: dict[str, str | int] = {"cpu": w.cpu_limit, "memory": w.memory_limit}
+    if w.gpus > 0:
+        limits[w.gpu_resource] = w.gpus
+    return {"requests": {"cpu": w.cpu_request, "memory": w.memory_request}, "limits": limits}
 
 
 def trainer_args(cfg: StackConfig) -> list[str]:
@@ -102,10 +134,11 @@ def trainer_args(cfg: StackConfig) -> list[str]:
     ]
 
 
-def pod_env(cfg: StackConfig) -> list[dict]:
+def pod_env(cfg: StackConfig, image: pulumi.Input[str] | None = None) -> list[dict]:
     """The pod environment contract (``trainer/contract.py``), plus ``HOME`` on the tmp volume.
 
-    ``TFD_WORKER_HOSTS`` is never set: it is for local runs only.
+    ``image``: the container's image reference, passed as ``TFD_IMAGE`` (the run manifest
+    records it). ``TFD_WORKER_HOSTS`` is never set: it is for local runs only.
     """
 
     def field(path: str) -> dict:
@@ -123,6 +156,10 @@ def pod_env(cfg: StackConfig) -> list[dict]:
         {"name": contract.ENV_CHECKPOINT_DIR, "value": checkpoint_dir(cfg)},
         {"name": contract.ENV_METRICS_PORT, "value": str(cfg.workers.metrics_port)},
         {"name": contract.ENV_RUN_ID, "value": cfg.training.run_id},
+        # The run manifest's identity fields (trainer/manifest.py).
+        {"name": contract.ENV_PROJECT, "value": cfg.project},
+        {"name": contract.ENV_STACK, "value": cfg.stack},
+        {"name": contract.ENV_APP, "value": cfg.app_name},
         {"name": contract.ENV_POD_REVISION, **field(f"metadata.labels['{REVISION_LABEL}']")},
         # The trainer calls the API for its own StatefulSet (contract.API_CALLS).
         {"name": contract.ENV_API_TOKEN_PATH, "value": contract.DEFAULT_API_TOKEN_PATH},
@@ -131,6 +168,8 @@ def pod_env(cfg: StackConfig) -> list[dict]:
         # Read-only root filesystem: libraries that write under $HOME get the tmp volume.
         {"name": "HOME", "value": TMP_DIR},
     ]
+    if image is not None:
+        env.append({"name": contract.ENV_IMAGE, "value": image})
     return env
 
 
@@ -210,9 +249,6 @@ def statefulset_manifest(
         image_id: value of the :data:`IMAGE_ID_ANNOTATION` pod-template annotation, if any.
     """
     w = cfg.workers
-    limits: dict[str, object] = {"cpu": w.cpu_limit, "memory": w.memory_limit}
-    if w.gpus > 0:
-        limits[w.gpu_resource] = w.gpus
     mounts = [{"name": "tmp", "mountPath": TMP_DIR}]
     volumes: list[dict] = [{"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}}]
     if not cfg.storage.uri:
@@ -262,7 +298,7 @@ def statefulset_manifest(
         "image": image,
         "imagePullPolicy": pull_policy,
         "args": trainer_args(cfg),
-        "env": pod_env(cfg),
+        "env": pod_env(cfg, image),
         "ports": [
             {"name": contract.GRPC_PORT_NAME, "containerPort": w.grpc_port, "protocol": "TCP"},
             {
@@ -271,10 +307,7 @@ def statefulset_manifest(
                 "protocol": "TCP",
             },
         ],
-        "resources": {
-            "requests": {"cpu": w.cpu_request, "memory": w.memory_request},
-            "limits": limits,
-        },
+        "resources": container_resources(cfg),
         # TensorFlow's import and the first collective take a while: the startup probe holds
         # the liveness probe off for up to 5 minutes.
         "startupProbe": _probe(contract.LIVENESS_PATH, 5, 60),
@@ -322,6 +355,37 @@ def statefulset_manifest(
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
     }
+
+
+def run_target(cfg: StackConfig) -> str:
+    """What the run is asked to do: a change brings a finished run's workers back.
+
+    The worker count is part of it only without an autoscaler (the HPA owns the count then).
+    """
+    t = cfg.training
+    parts = [f"run={t.run_id}", f"epochs={t.epochs}", f"steps-per-epoch={t.steps_per_epoch}"]
+    if not cfg.autoscaling.enabled:
+        parts.append(f"replicas={cfg.workers.replicas}")
+    return " ".join(parts)
+
+
+def size_patch_manifest(cfg: StackConfig) -> dict:
+    """The ``StatefulSetPatch`` that sets the worker count for the current run target."""
+    return {
+        "metadata": {
+            "name": cfg.statefulset_name,
+            "namespace": cfg.namespace,
+            "annotations": {RUN_TARGET_ANNOTATION: run_target(cfg), PATCH_FORCE_ANNOTATION: "true"},
+        },
+        "spec": {"replicas": cfg.workers.replicas},
+    }
+
+
+def size_patch_name(name: str, cfg: StackConfig) -> str:
+    """The patch's Pulumi name: a new target is a new resource (create, then the old one's
+    delete gives up its fields), so the count is applied again exactly when the target changes."""
+    digest = hashlib.sha256(run_target(cfg).encode()).hexdigest()[:10]
+    return f"{name}-size-{digest}"
 
 
 def pdb_manifest(cfg: StackConfig) -> dict:
@@ -384,6 +448,11 @@ class Workers(Component):
                     # Checkpoints outlive `pulumi destroy` unless the stack says Delete (the
                     # namespace is retained too: its deletion would take the claim with it).
                     retain_on_delete=cfg.retains_checkpoint_claim,
+                    # Set by the cluster when the claim binds, never by the program, and
+                    # immutable: a claim imported after a Retain destroy (docs/infra.md) holds
+                    # them, and their absence from the program must not replace it (a new,
+                    # empty volume).
+                    ignore_changes=list(CLAIM_SERVER_FIELDS),
                 ),
             )
             sts_deps.append(claim)
@@ -392,13 +461,23 @@ class Workers(Component):
             **kwargs(statefulset_manifest(cfg, args.image, args.pull_policy, args.image_id)),
             opts=self.child_opts(
                 depends_on=sts_deps,
-                # The HPA owns spec.replicas once it exists; `pulumi up` must not reset it.
-                ignore_changes=["spec.replicas"] if cfg.autoscaling.enabled else None,
+                # Set at creation only: the size patch below, the HPA, a resize and the
+                # trainer's scale to zero own it afterwards (module docstring).
+                ignore_changes=["spec.replicas"],
                 # A new runId is a new run: a fresh StatefulSet at `replicas` workers. Delete
                 # first: the old pods hold the GPUs (and the names) the new ones need.
                 replace_on_changes=[f'metadata.annotations["{RUN_ID_ANNOTATION}"]'],
                 delete_before_replace=True,
                 custom_timeouts=CLOUD_TIMEOUTS if cfg.cluster.kind == "cloud" else None,
+            ),
+        )
+        kubernetes.apps.v1.StatefulSetPatch(
+            size_patch_name(name, cfg),
+            **kwargs(size_patch_manifest(cfg)),
+            opts=self.child_opts(
+                depends_on=[self.statefulset],
+                # A refresh reads back the live count (0 once finished): not a reason to apply.
+                ignore_changes=["spec.replicas"],
             ),
         )
         kubernetes.policy.v1.PodDisruptionBudget(

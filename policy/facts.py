@@ -37,6 +37,9 @@ class StackFacts:
         gpu_taint_keys: taint keys GPU workloads must tolerate: the keys of
             ``tf-distributed:gpuTolerations``, or the GPU resource name when none is configured
             (the key cloud GPU node pools taint with).
+        namespace: the training namespace (``tf-distributed:namespace``).
+        namespace_mode: ``create`` or ``existing`` (``tf-distributed:namespaceMode``): with
+            ``existing`` the stack deploys into ``namespace`` without declaring it.
     """
 
     stack: str = ""
@@ -45,6 +48,8 @@ class StackFacts:
     checkpoint_uri: str = ""
     gpu_resource: str = DEFAULT_GPU_RESOURCE
     gpu_taint_keys: tuple[str, ...] = field(default=(DEFAULT_GPU_RESOURCE,))
+    namespace: str = ""
+    namespace_mode: str = "create"
 
 
 def stack_of(urn: str) -> str:
@@ -109,6 +114,8 @@ def facts_from_config(stack: str, config: Mapping[str, Any]) -> StackFacts:
         checkpoint_uri=str(config.get("checkpointUri") or ""),
         gpu_resource=gpu_resource,
         gpu_taint_keys=keys or (gpu_resource,),
+        namespace=str(config.get("namespace") or ""),
+        namespace_mode=str(config.get("namespaceMode") or base.namespace_mode),
     )
 
 

@@ -64,7 +64,9 @@ def _resources(args: StackValidationArgs) -> list[rules.Resource]:
 
 
 def validate_namespaces(args: StackValidationArgs, report: ReportViolation) -> None:
-    _report(report, rules.check_namespace_isolation(_resources(args)))
+    urn = next((r.urn for r in args.resources), "")
+    facts = stack_facts(urn, args.get_config())
+    _report(report, rules.check_namespace_isolation(_resources(args), facts))
 
 
 def validate_hpa(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -84,6 +86,8 @@ _FACTS_SCHEMA: Mapping[str, Any] = {
     "checkpointUri": {"type": "string"},
     "gpuResourceName": {"type": "string"},
     "gpuTolerations": {"type": "array", "items": {"type": "string"}},
+    "namespace": {"type": "string"},
+    "namespaceMode": {"type": "string", "enum": ["create", "existing"]},
 }
 
 RESOURCE_POLICIES: dict[str, tuple[str, Callable[..., None]]] = {
@@ -107,8 +111,8 @@ RESOURCE_POLICIES: dict[str, tuple[str, Callable[..., None]]] = {
 }
 STACK_POLICIES: dict[str, tuple[str, Callable[..., None]]] = {
     "namespace-isolation": (
-        "Every namespace running workloads enforces Pod Security 'restricted' and has a "
-        "default-deny NetworkPolicy.",
+        "Every namespace running workloads enforces Pod Security 'restricted' (or is the "
+        "existing namespace namespaceMode names) and denies the workloads' traffic by default.",
         validate_namespaces,
     ),
     "hpa-target-declared": (
@@ -120,7 +124,7 @@ STACK_POLICIES: dict[str, tuple[str, Callable[..., None]]] = {
         validate_retention,
     ),
 }
-FACT_POLICIES = ("images-pinned", "gpu-scheduling", "checkpoint-retention")
+FACT_POLICIES = ("images-pinned", "gpu-scheduling", "checkpoint-retention", "namespace-isolation")
 
 
 def _schema(name: str):

@@ -277,54 +277,73 @@ def workloads(resources: Iterable[Resource]) -> list[Resource]:
     return [r for r in resources if r.kind in POD_SPEC_PATHS]
 
 
-def _default_deny(props: Mapping[str, Any]) -> bool:
-    """An empty pod selector, both policy types, and no allow rules."""
+def _default_deny(props: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ``matchLabels`` a deny-all NetworkPolicy selects (``{}``: every pod), or ``None``
+    when ``props`` is no deny-all policy: both policy types, no allow rules, no expressions."""
     spec = props.get("spec") or {}
     selector = spec.get("podSelector") or {}
     types = {str(t) for t in _items(spec.get("policyTypes"))}
-    return (
-        not selector.get("matchLabels")
-        and not selector.get("matchExpressions")
-        and {"Ingress", "Egress"} <= types
-        and not _items(spec.get("ingress"))
-        and not _items(spec.get("egress"))
-    )
+    if (
+        selector.get("matchExpressions")
+        or not {"Ingress", "Egress"} <= types
+        or _items(spec.get("ingress"))
+        or _items(spec.get("egress"))
+    ):
+        return None
+    return selector.get("matchLabels") or {}
 
 
-def check_namespace_isolation(resources: Sequence[Resource]) -> list[str]:
+def _pod_labels(kind: str, props: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The labels of a workload's pods: its template's (a Pod's own)."""
+    return _get(props, *POD_SPEC_PATHS[kind][:-1], "metadata", "labels") or {}
+
+
+def _covers(selected: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+    return all(labels.get(k) == v for k, v in selected.items())
+
+
+def check_namespace_isolation(
+    resources: Sequence[Resource], facts: StackFacts | None = None
+) -> list[str]:
     """Every namespace running a workload of the stack: declared by the stack with Pod Security
-    ``restricted`` enforced, and a default-deny NetworkPolicy in it."""
+    ``restricted`` enforced (unless it is the existing namespace ``namespaceMode: existing``
+    names: its labels are its owner's), and a deny-all NetworkPolicy selecting the workload's
+    pods (every pod, or the workload's own labels)."""
+    facts = facts or StackFacts()
     namespaces = {
         str(_get(r.props, "metadata", "name")): r for r in resources if r.kind == "Namespace"
     }
-    denied = {
-        namespace_of(r.props)
+    denials = [
+        (namespace_of(r.props), selected)
         for r in resources
-        if r.kind == "NetworkPolicy" and _default_deny(r.props)
-    }
+        if r.kind == "NetworkPolicy" and (selected := _default_deny(r.props)) is not None
+    ]
     out = []
-    seen: set[str] = set()
     for w in workloads(resources):
         ns = namespace_of(w.props)
-        if ns in seen:
-            continue
-        seen.add(ns)
         runs = f"namespace '{ns}' (runs {describe(w.kind, w.props)})"
         declared = namespaces.get(ns)
-        if declared is None:
+        existing = facts.namespace_mode == "existing" and ns == facts.namespace
+        if declared is None and not existing:
             out.append(
                 f"{runs}: not declared by the stack, so its Pod Security level is unknown; "
-                f"fix: declare the Namespace with label {PSA_ENFORCE_LABEL}: {PSA_LEVEL}"
+                f"fix: declare the Namespace with label {PSA_ENFORCE_LABEL}: {PSA_LEVEL} (or "
+                "set tf-distributed:namespaceMode existing for a namespace someone else owns)"
             )
-        elif _get(declared.props, "metadata", "labels", PSA_ENFORCE_LABEL) != PSA_LEVEL:
+        elif (
+            declared is not None
+            and _get(declared.props, "metadata", "labels", PSA_ENFORCE_LABEL) != PSA_LEVEL
+        ):
             out.append(
                 f"{runs}: Pod Security is not enforced at '{PSA_LEVEL}'; "
                 f"fix: label the Namespace {PSA_ENFORCE_LABEL}: {PSA_LEVEL}"
             )
-        if ns not in denied:
+        labels = _pod_labels(w.kind, w.props)
+        if not any(d_ns == ns and _covers(sel, labels) for d_ns, sel in denials):
             out.append(
                 f"{runs}: no default-deny NetworkPolicy; fix: a NetworkPolicy with podSelector "
-                "{}, policyTypes [Ingress, Egress] and no rules, then allow-rules beside it"
+                "{} (or the workload's own labels), policyTypes [Ingress, Egress] and no rules, "
+                "then allow-rules beside it"
             )
     return out
 

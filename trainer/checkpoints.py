@@ -6,6 +6,9 @@ Imports no TensorFlow at import time (the DONE check runs before TensorFlow is n
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 import shutil
 import tempfile
 import time
@@ -19,6 +22,8 @@ from trainer.logs import Log
 from trainer.metrics import Metrics
 
 CHECKPOINTS_SUBDIR = "checkpoints"
+CHECKPOINT_NAME = "ckpt"
+"""Checkpoint prefix in ``checkpoints/``: ``ckpt-<step>.index``, ``ckpt-<step>.data-*``."""
 GLOBAL_BATCH_KEY = "global_batch"
 """Checkpoint attribute holding the global batch its step counts; older checkpoints lack it."""
 LOSS_SCALE_KEY = "loss_scale"
@@ -54,21 +59,22 @@ def saved_attributes(path: str) -> set[str]:
     return {name.split("/", 1)[0] for name, _ in tf.train.list_variables(path)}
 
 
-def restore_extra(root: str, objects: Mapping[str, Any]) -> bool:
-    """Restore ``objects`` (attribute name -> checkpointable) from the latest checkpoint when it
-    holds every one of them: state that only some runs save, such as fp16's loss scale. False
-    when there is no checkpoint or it lacks one of them (nothing is restored then)."""
+def restore_extra(path: str | None, objects: Mapping[str, Any]) -> bool:
+    """Restore ``objects`` (attribute name -> checkpointable) from the checkpoint :func:`restore`
+    resumed from (``path``) when it holds every one of them: state that only some runs save,
+    such as fp16's loss scale. False when there is none or it lacks one of them (nothing is
+    restored then)."""
     import tensorflow as tf
 
-    directory = join(root, CHECKPOINTS_SUBDIR)
+    if path is None:
+        return False
     try:
-        latest = tf.train.latest_checkpoint(directory)
-        if latest is None or not set(objects) <= saved_attributes(latest):
+        if not set(objects) <= saved_attributes(path):
             return False
-        tf.train.Checkpoint(**objects).restore(latest).expect_partial()
-    except (tf.errors.OpError, ValueError) as err:
+        tf.train.Checkpoint(**objects).restore(path).expect_partial()
+    except (tf.errors.OpError, ValueError, IndexError) as err:
         raise CheckpointError(
-            f"{directory}: cannot restore {sorted(objects)}: {first_line(err)}"
+            f"{path}: cannot restore {sorted(objects)}: {first_line(err)}"
         ) from None
     return True
 
@@ -82,8 +88,13 @@ def restore(
     config: Config,
     log: Log,
     metrics: Metrics,
-) -> int:
-    """Restore the latest checkpoint; returns the step to start at, in current global batches.
+) -> tuple[int, str | None]:
+    """Restore the newest intact checkpoint; returns the step to start at, in current global
+    batches, and the checkpoint's path (``None``: none, start at 0).
+
+    A checkpoint that does not restore (its files cut short, missing or garbled, e.g. a save
+    that a full volume or a crash interrupted) is skipped with a ``warning`` naming it, and the
+    next older one the state file lists is tried; only when none restores is it an error.
 
     ``batch_var`` holds the current global batch on entry and on return. A checkpoint saved
     with another global batch (another world size) has its step converted so that the
@@ -94,33 +105,55 @@ def restore(
     Adam's bias correction follow the training progress) and its learning rate to what the
     flags give for the current global batch (``--learning-rate-scaling``), never the saved
     rate.
+
+    Raises:
+        CheckpointError: the state file is corrupt, names only missing files, or no listed
+            checkpoint restores (the newest one's error is in the line).
     """
     import tensorflow as tf
 
     directory = join(root, CHECKPOINTS_SUBDIR)
     try:
-        latest = tf.train.latest_checkpoint(directory)
+        state = tf.train.get_checkpoint_state(directory)
         has_state = tf.io.gfile.exists(join(directory, "checkpoint"))
     except tf.errors.OpError as err:
         raise CheckpointError(
             f"{directory}: cannot read checkpoint state: {first_line(err)}"
         ) from None
-    if latest is None:
-        if has_state:
+    if state is None or not state.model_checkpoint_path:
+        if has_state:  # unparsable: tf.train.get_checkpoint_state logs why and returns None
             raise CheckpointError(
                 f"{directory}/checkpoint: corrupt, or names a checkpoint whose files are "
                 "missing; delete the directory to start over"
             )
-        return 0
-    global_batch = int(batch_var.numpy())
-    try:
-        saved = GLOBAL_BATCH_KEY in saved_attributes(latest)
-        objects = {**tracked, GLOBAL_BATCH_KEY: batch_var} if saved else tracked
-        tf.train.Checkpoint(**objects).restore(latest).assert_existing_objects_matched()
-    except (tf.errors.OpError, AssertionError, ValueError) as err:
+        return 0, None
+    # Newest first: the state's latest, then the others it lists (oldest first in the file).
+    candidates = list(dict.fromkeys([state.model_checkpoint_path,
+                                     *reversed(state.all_model_checkpoint_paths)]))  # fmt: skip
+    if not any(tf.io.gfile.exists(path + ".index") for path in candidates):
         raise CheckpointError(
-            f"{latest}: cannot restore (corrupt, or saved by another model): {first_line(err)}"
-        ) from None
+            f"{directory}/checkpoint: corrupt, or names a checkpoint whose files are "
+            "missing; delete the directory to start over"
+        )
+    global_batch = int(batch_var.numpy())
+    first_error = ""
+    skipped: list[str] = []
+    for path in candidates:
+        try:
+            saved = GLOBAL_BATCH_KEY in saved_attributes(path)
+            objects = {**tracked, GLOBAL_BATCH_KEY: batch_var} if saved else tracked
+            tf.train.Checkpoint(**objects).restore(path).assert_existing_objects_matched()
+            break
+        # IndexError: TensorFlow's reader on a .data file cut short ("Read less bytes than
+        # requested"); AssertionError/ValueError: saved by another model.
+        except (tf.errors.OpError, AssertionError, ValueError, IndexError) as err:
+            why = f"{path}: cannot restore (corrupt, or saved by another model): {first_line(err)}"
+            first_error = first_error or why
+            skipped.append(path)
+            log.event("warning", message=f"{why}; trying the next older checkpoint")
+            batch_var.assign(global_batch)  # a failed attempt may have set it
+    else:
+        raise CheckpointError(first_error)
     saved_step, saved_batch = int(step_var.numpy()), int(batch_var.numpy())
     explicit_epochs = config.steps_per_epoch > 0
     converted = saved_step if explicit_epochs else saved_step * saved_batch // global_batch
@@ -152,10 +185,11 @@ def restore(
             ),
         )
     metrics.resumes_total.inc()
-    metrics.checkpointed(step, _mtime(latest + ".index"))
+    metrics.checkpointed(step, _mtime(path + ".index"))
     metrics.step.set(step)
-    log.event("resume", step=step, checkpoint=latest, **optimizer_state)
-    return step
+    fallback = {"skipped": skipped} if skipped else {}
+    log.event("resume", step=step, checkpoint=path, **optimizer_state, **fallback)
+    return step, path
 
 
 def manager(ckpt: Any, root: str, is_chief: bool, task_index: int) -> tuple[Any, str]:
@@ -163,11 +197,12 @@ def manager(ckpt: Any, root: str, is_chief: bool, task_index: int) -> tuple[Any,
     import tensorflow as tf
 
     if is_chief:
-        return tf.train.CheckpointManager(ckpt, join(root, CHECKPOINTS_SUBDIR), max_to_keep=3), ""
+        directory = join(root, CHECKPOINTS_SUBDIR)
+        return tf.train.CheckpointManager(ckpt, directory, 3, checkpoint_name=CHECKPOINT_NAME), ""
     # Every worker takes part in a save (the multi-worker tutorial's rule); non-chief copies
     # go to a private temporary directory, deleted after each save.
     temp_dir = tempfile.mkdtemp(prefix=f"tfd-worker-{task_index}-")
-    return tf.train.CheckpointManager(ckpt, temp_dir, max_to_keep=1), temp_dir
+    return tf.train.CheckpointManager(ckpt, temp_dir, 1, checkpoint_name=CHECKPOINT_NAME), temp_dir
 
 
 def save(
@@ -179,16 +214,69 @@ def save(
     log: Log,
     is_chief: bool,
 ) -> None:
-    """Save at ``step`` (every worker takes part); a worker's private copy is deleted."""
+    """Save at ``step`` (every worker takes part); a worker's private copy is deleted.
+
+    Raises:
+        CheckpointError: the save failed (``no space left on <dir>`` for a full volume); the
+            state file still names the previous checkpoint, and what the failed save left is
+            deleted.
+    """
+    import tensorflow as tf
+
     t0 = time.time()
     step_var.assign(step)
-    path = manager.save(checkpoint_number=step)
+    try:
+        path = manager.save(checkpoint_number=step)
+    except (tf.errors.OpError, OSError) as err:
+        # CheckpointManager writes the state file only after the checkpoint's files, so the
+        # state still names the previous checkpoint: a restart resumes from there.
+        _discard(manager, step)
+        failed = write_error(err, manager.directory, f"the checkpoint of step {step}")
+        previous = manager.latest_checkpoint or "none"
+        raise CheckpointError(f"{failed}; the latest checkpoint is still {previous}") from None
     if temp_dir:
         shutil.rmtree(temp_dir, ignore_errors=True)
     metrics.checkpointed(step)
     metrics.checkpoint_save_seconds.observe(time.time() - t0)
     if is_chief:
         log.event("checkpoint", step=step, path=path, seconds=round(time.time() - t0, 3))
+
+
+def _discard(manager: Any, step: int) -> None:
+    """Delete what a failed save of ``step`` left (its files, TensorFlow's ``_temp``
+    directory), unless the manager lists that checkpoint; best effort: it frees the space a
+    full volume needs for the next save."""
+    prefix = join(manager.directory, f"{CHECKPOINT_NAME}-{step}")
+    if prefix in manager.checkpoints:
+        return
+    fs = gfile()
+    try:
+        for leftover in fs.glob(prefix + ".*") + fs.glob(prefix + "_temp*"):
+            if fs.isdir(leftover):
+                fs.rmtree(leftover)
+            else:
+                fs.remove(leftover)
+    except Exception:  # noqa: BLE001 - cleaning up after a failure must not hide it
+        pass
+
+
+def no_space(err: BaseException) -> bool:
+    """Whether a write failed on a full volume or quota (ENOSPC, EDQUOT): an ``OSError`` with
+    that errno, or TensorFlow's ``ResourceExhaustedError`` carrying its message."""
+    reasons = {errno.ENOSPC, errno.EDQUOT}
+    if isinstance(err, OSError):
+        return err.errno in reasons
+    text = getattr(err, "message", "") or str(err)
+    return type(err).__name__ == "ResourceExhaustedError" and any(
+        os.strerror(code) in text for code in reasons
+    )
+
+
+def write_error(err: BaseException, path: str, what: str) -> CheckpointError:
+    """One line for a failed write of ``what`` to ``path`` (exit 5)."""
+    if no_space(err):
+        return CheckpointError(f"no space left on {path}: {what} not written")
+    return CheckpointError(f"{path}: cannot write {what}: {first_line(err)}")
 
 
 def write_text(path: str, text: str) -> None:
@@ -206,6 +294,31 @@ def _mtime(path: str) -> float | None:
         return None
 
 
+_TF_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
+"""The ``{{function_node __wrapped__...}}`` prefix TensorFlow puts before an op's message."""
+
+
 def first_line(err: BaseException) -> str:
+    """The line of an error message that says what went wrong.
+
+    TensorFlow's errors from a ``tf.function`` start with ``Graph execution error:`` and the
+    Python stack of the failed op (``Detected at node ...``, indented ``File`` lines); the
+    cause follows, e.g. ``Collective ops is aborted by: ... The following tasks are unhealthy
+    (stopped sending heartbeats):`` with the task on the next line. Those headers, indented
+    lines and the ``{{function_node ...}}`` prefix are skipped; a line ending in ``:`` is joined
+    with the next one (the task it names).
+    """
     text = getattr(err, "message", "") or str(err)
-    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    lines = [
+        _TF_FUNCTION_NODE.sub("", raw).strip()
+        for raw in text.splitlines()
+        if raw.strip()
+        and not raw[0].isspace()
+        and raw.strip() != "Graph execution error:"
+        and not raw.startswith("Detected at node")
+    ]
+    if not lines:
+        return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]

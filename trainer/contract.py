@@ -42,12 +42,24 @@ ENV_CLUSTER_DOMAIN = "TFD_CLUSTER_DOMAIN"
 """Cluster DNS domain (default ``cluster.local``)."""
 ENV_CHECKPOINT_DIR = "TFD_CHECKPOINT_DIR"
 """The run's checkpoint directory, ``<root>/<run id>``: a path on the shared volume, or a
-``gs://``/``s3://`` URI. One directory per run: a new run id is a new directory, so a new run
-trains from step 0 and a finished run stays finished (see :data:`ENV_RUN_ID`)."""
+``gs://``/``s3://`` URI (the stacks use ``<root>/<project>/<stack>/<run id>``). One directory
+per run: a new run id is a new directory, so a new run trains from step 0 and a finished run
+stays finished (see :data:`ENV_RUN_ID`)."""
 ENV_RUN_ID = "TFD_RUN_ID"
 """Identity of the training run (:data:`RUN_ID`): must equal the last path segment of
 ``TFD_CHECKPOINT_DIR``; when unset it is taken from there. Logged in ``start``, written to
 ``summary.json`` and ``DONE``, and the ``run_id`` label of ``tfd_run_info``."""
+ENV_PROJECT = "TFD_PROJECT"
+"""The Pulumi project that deployed the pod (``pulumi.get_project()``); recorded in the run
+manifest. Unset (local runs): empty."""
+ENV_STACK = "TFD_STACK"
+"""The Pulumi stack that deployed the pod (``pulumi.get_stack()``); recorded in the run
+manifest. Unset (local runs): empty."""
+ENV_APP = "TFD_APP"
+"""The stack's ``appName``; recorded in the run manifest. Unset (local runs): empty."""
+ENV_IMAGE = "TFD_IMAGE"
+"""The container image reference the StatefulSet runs; recorded in the run manifest for
+information (a new image is a rollout of the same run). Unset: empty."""
 ENV_POD_REVISION = "TFD_POD_REVISION"
 """The pod's ``controller-revision-hash`` label (downward API
 ``metadata.labels['controller-revision-hash']``). With API access the trainer compares it with
@@ -392,6 +404,8 @@ def _parse_explicit_tf_config(raw: str) -> ClusterSpec:
             f"{ENV_TF_CONFIG}: cluster.worker must be a non-empty list of 'host:port'; "
             f"got {workers!r}"
         )
+    for host in workers:  # without a port TensorFlow would wait for the peer, not refuse it
+        _check_host_port(f"{ENV_TF_CONFIG}: cluster.worker", host)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(workers):
         raise ContractError(
             f"{ENV_TF_CONFIG}: task.index must be an integer in [0, {len(workers) - 1}]; "
@@ -408,10 +422,15 @@ def _parse_worker_hosts(raw: str, replicas: int) -> tuple[str, ...]:
             f"entries; got {raw!r}"
         )
     for host in hosts:
-        name, _, port = host.rpartition(":")
-        if not name or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ContractError(f"{ENV_WORKER_HOSTS}: entry must be 'host:port'; got {host!r}")
+        _check_host_port(ENV_WORKER_HOSTS, host)
     return hosts
+
+
+def _check_host_port(what: str, host: str) -> None:
+    """A peer address must be ``host:port`` with a port in 1-65535."""
+    name, _, port = host.rpartition(":")
+    if not name or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ContractError(f"{what}: entry must be 'host:port'; got {host!r}")
 
 
 def cluster_spec_from_env(env: Mapping[str, str], replicas: int | None = None) -> ClusterSpec:

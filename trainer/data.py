@@ -26,17 +26,23 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from trainer.checkpoints import first_line
 from trainer.errors import DataError
+from trainer.records import IMAGE_SHAPE, bad_record, parse
 
 SYNTHETIC = "synthetic"
 MNIST = "mnist"
 NUM_CLASSES_DEFAULT = 10
-_IMAGE_SHAPE = (28, 28, 1)
 _SHUFFLE_BUFFER = 10_000
 _CACHE_BYTES = 1 << 30
 """Parsed TFRecord shards up to this size (estimated from the counted records and the example
 shape) are cached in memory after the first epoch: later epochs skip reading and parsing."""
 _TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
+PIXEL_DTYPE = np.uint8
+PIXEL_SCALE = 1 / 255
+"""Arrays stored as uint8 are 0-255 pixels: the model multiplies them by this in its first layer
+(``trainer.model.with_input_scale``, saved with ``model.keras``); every other dtype is taken as
+it is: a value's size says nothing about its unit (standardised features exceed 1 too)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,17 @@ class Source:
     x: np.ndarray | None = None
     y: np.ndarray | None = None
     files: tuple[str, ...] = ()
+    dtype: str = "float32"
+    """The dtype ``x`` was stored with; it decides ``scale``."""
+    scale: float = 1.0
+    """What the model multiplies ``x`` by before its own layers (:data:`PIXEL_SCALE` for uint8
+    pixels, else 1); the pipeline hands ``x`` over unscaled, as float32."""
+
+    def scaling(self) -> str:
+        """Why ``scale`` is what it is, for the ``input_scale`` log event."""
+        if self.scale != 1.0:
+            return f"{self.dtype} pixels: x * 1/255 in the model's first layer (Rescaling)"
+        return f"{self.dtype} features: taken as they are (only uint8 pixels are rescaled)"
 
 
 def synthetic(num_examples: int, seed: int) -> Source:
@@ -58,11 +75,11 @@ def synthetic(num_examples: int, seed: int) -> Source:
     Same (num_examples, seed) -> same arrays on every worker and every restart.
     """
     rng = np.random.default_rng(seed)
-    prototypes = rng.normal(0.0, 1.0, size=(NUM_CLASSES_DEFAULT, *_IMAGE_SHAPE)).astype("float32")
+    prototypes = rng.normal(0.0, 1.0, size=(NUM_CLASSES_DEFAULT, *IMAGE_SHAPE)).astype("float32")
     y = rng.integers(0, NUM_CLASSES_DEFAULT, size=num_examples).astype("int32")
-    noise = rng.normal(0.0, 1.0, size=(num_examples, *_IMAGE_SHAPE)).astype("float32")
+    noise = rng.normal(0.0, 1.0, size=(num_examples, *IMAGE_SHAPE)).astype("float32")
     x = prototypes[y] * 0.6 + noise
-    return Source(SYNTHETIC, num_examples, _IMAGE_SHAPE, NUM_CLASSES_DEFAULT, x=x, y=y)
+    return Source(SYNTHETIC, num_examples, IMAGE_SHAPE, NUM_CLASSES_DEFAULT, x=x, y=y)
 
 
 def _arrays(name: str, x: Any, y: Any) -> Source:
@@ -77,11 +94,25 @@ def _arrays(name: str, x: Any, y: Any) -> Source:
         raise DataError(f"--dataset {name}: y must hold integer labels >= 0; got {y.dtype}")
     if x.ndim == 3:  # grey images without a channel axis
         x = x[..., None]
-    x = x.astype("float32")
-    if x.max(initial=0.0) > 1.5:  # 0-255 pixels
-        x = x / 255.0
+    dtype = str(x.dtype)
+    scale = PIXEL_SCALE if x.dtype == PIXEL_DTYPE else 1.0
     num_classes = int(y.max()) + 1
-    return Source(name, int(x.shape[0]), tuple(x.shape[1:]), num_classes, x=x, y=y.astype("int32"))
+    return Source(name, int(x.shape[0]), tuple(x.shape[1:]), num_classes, x=x.astype("float32"),
+                  y=y.astype("int32"), dtype=dtype, scale=scale)  # fmt: skip
+
+
+def check_same_scale(train: Source, held_out: Source) -> None:
+    """The model applies one input scale: the evaluation data must call for the same one.
+
+    Raises:
+        DataError: one is uint8 pixels and the other is not.
+    """
+    if train.scale != held_out.scale:
+        raise DataError(
+            f"--eval-dataset {held_out.name}: must be stored like --dataset {train.name} "
+            f"(uint8 pixels, or not, on both: the model applies one input scale); got "
+            f"{held_out.dtype} and {train.dtype}"
+        )
 
 
 def load_npz(path: str) -> Source:
@@ -123,17 +154,6 @@ def load_mnist(cache_dir: str, is_chief: bool) -> Source:
     return _arrays(MNIST, x, y)
 
 
-def _parse_example(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    spec = {
-        "x": tf.io.VarLenFeature(tf.float32),
-        "y": tf.io.FixedLenFeature([], tf.int64),
-        "x_shape": tf.io.FixedLenFeature([3], tf.int64, default_value=list(_IMAGE_SHAPE)),
-    }
-    ex = tf.io.parse_single_example(record, spec)
-    x = tf.reshape(tf.sparse.to_dense(ex["x"]), ex["x_shape"])
-    return x, tf.cast(ex["y"], tf.int32)
-
-
 def load_tfrecords(pattern: str, count: bool = True) -> Source:
     """TFRecord files from a file, glob or directory; checks the first record eagerly.
 
@@ -150,16 +170,20 @@ def load_tfrecords(pattern: str, count: bool = True) -> Source:
     if not files:
         raise DataError(f"--dataset {pattern}: no TFRecord files match")
     try:
-        first = next(iter(tf.data.TFRecordDataset(files[:1]).take(1)), None)
-        if first is None:
+        first = tf.data.TFRecordDataset(files[:1]).take(1)
+        parsed = next(iter(first.map(lambda r: parse(r, files[0]))), None)
+        if parsed is None:
             raise DataError(f"--dataset {files[0]}: TFRecord file is empty")
-        x, _ = _parse_example(first)
+        x, _ = parsed
         total, top = _count_and_max_label(files) if count else (0, -1)
     except tf.errors.OpError as err:
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise DataError(
-            f"--dataset {pattern}: not TFRecords of tf.train.Example with float 'x' and "
-            f"int64 'y': {msg}"
+            f"--dataset {pattern}: "
+            + (
+                bad_record(err)
+                or "not TFRecords of tf.train.Example with float 'x' and int64 'y': "
+                + first_line(err)
+            )
         ) from None
     if top < -1:
         raise DataError(f"--dataset {pattern}: labels 'y' must be >= 0; found {top + 1}")
@@ -272,7 +296,7 @@ def eval_dataset(
     example at most once (the remainder that fills no global batch is not evaluated)."""
     base = _records(source).shard(num_workers, worker_index)
     if source.files:
-        base = base.map(_parse_example, num_parallel_calls=tf.data.AUTOTUNE)
+        base = base.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     ds = (
         base.batch(batch_size, drop_remainder=True)
         .take(steps * replicas_per_worker)
@@ -284,12 +308,13 @@ def eval_dataset(
 
 
 def _records(source: Source) -> tf.data.Dataset:
-    """Every example of ``source`` in one fixed order (files read in parallel, interleaved)."""
+    """Every example of ``source`` in one fixed order (files read in parallel, interleaved);
+    a TFRecord comes with its file's name, for :func:`trainer.records.parse`'s error."""
     if not source.files:
         return tf.data.Dataset.from_tensor_slices((source.x, source.y))
     files = tf.data.Dataset.from_tensor_slices(list(source.files))
     return files.interleave(
-        tf.data.TFRecordDataset,
+        lambda file: tf.data.TFRecordDataset(file).map(lambda record: (record, file)),
         cycle_length=min(len(source.files), 16),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,  # the order must be the same on every worker for the sharding
@@ -371,15 +396,20 @@ def _record_batches(
     base = (
         _records(source)
         .shard(num_workers, worker_index)
-        .map(_parse_example, num_parallel_calls=tf.data.AUTOTUNE)
+        .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     )
     per_worker = source.num_examples // num_workers
     example_bytes = 4 * (int(np.prod(source.input_shape)) + 1)
     if 0 < per_worker * example_bytes <= _CACHE_BYTES:
         xs, ys = [], []
-        for x, y in base.batch(4096).prefetch(tf.data.AUTOTUNE):
-            xs.append(x.numpy())
-            ys.append(y.numpy())
+        try:
+            for x, y in base.batch(4096).prefetch(tf.data.AUTOTUNE):
+                xs.append(x.numpy())
+                ys.append(y.numpy())
+        except tf.errors.OpError as err:  # read here, at start: not in the training loop
+            raise DataError(
+                f"--dataset {source.name}: {bad_record(err) or first_line(err)}"
+            ) from None
         x_all, y_all = np.concatenate(xs), np.concatenate(ys)
         shard = replace(source, num_examples=len(y_all), x=x_all, y=y_all, files=())
         return _array_batches(shard, 1, 0, batch_size, seed)

@@ -25,6 +25,15 @@ EXIT_MODEL = 6
 EXIT_API = 7
 """A Kubernetes API call the run's lifecycle needs failed (scale to zero, delete own pod): the
 message names the URL and the HTTP status (403: the Role lacks ``contract.API_CALLS``)."""
+EXIT_DIVERGED = 8
+"""The training loss is not finite (NaN or infinity): training stopped before saving anything
+after that step, so the latest checkpoint is still a good one. A restart from it would diverge
+again at the same place: change the learning rate or the data."""
+EXIT_RUN_CONFLICT = 9
+"""The run directory belongs to another run or another live chief: its run manifest records
+settings that change the result, or another holder's lease has not expired (``trainer.manifest``,
+``trainer.lease``). The line names the fields (old -> new) or the holder and the expiry; nothing
+was written. Use a new run id, or wait for the lease to expire."""
 EXIT_PEER_LOST = 75
 """A peer died or a collective timed out: restart every worker (EX_TEMPFAIL)."""
 EXIT_RESTART = 76
@@ -103,3 +112,21 @@ class RestartRequested(TrainerError):  # noqa: N818 - a request, not a failure
 class RolloutRequested(RestartRequested):
     """Every worker stopped at a checkpoint because the StatefulSet has a new revision: each
     deletes its own pod so the controller recreates it from the new template."""
+
+
+class DivergedError(TrainerError):
+    """The loss of a training call is NaN or infinite."""
+
+    exit_code = EXIT_DIVERGED
+
+
+class ApiUnansweredError(ApiError):
+    """A lifecycle call (PATCH scale, DELETE pod) found no answer (connection, DNS, timeout, a
+    truncated answer) or a 429/5xx one: worth another try, unlike a 403. Exit 7 once the tries
+    are spent."""
+
+
+class RunConflictError(TrainerError):
+    """The run directory's manifest or lease refuses this start (see :data:`EXIT_RUN_CONFLICT`)."""
+
+    exit_code = EXIT_RUN_CONFLICT

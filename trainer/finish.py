@@ -7,11 +7,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import shutil
 from typing import TYPE_CHECKING, Any
 
 from trainer import contract, runs
-from trainer.checkpoints import first_line, join, write_text
+from trainer.checkpoints import first_line, join, write_error, write_text
 from trainer.errors import CheckpointError, DataError, PeerLostError
 
 if TYPE_CHECKING:
@@ -51,11 +52,17 @@ def finish(
         weights_sha256=digest,
     )
     if worker.is_chief:
+        if worker.guard is not None:  # another chief took the run over: write nothing more
+            worker.guard.verify()
         model_path = join(worker.root, MODEL_FILE)
         try:
             net.save(model_path)
-        except (tf.errors.OpError, OSError, ValueError) as err:
-            raise CheckpointError(f"{model_path}: cannot save the final model: {err}") from None
+        except (tf.errors.OpError, OSError) as err:
+            raise write_error(err, model_path, "the final model") from None
+        except ValueError as err:  # a model Keras cannot serialise
+            raise CheckpointError(
+                f"{model_path}: cannot save the final model: {first_line(err)}"
+            ) from None
         summary = {
             "run_id": run_id,
             "workers": worker.spec.num_workers,
@@ -75,8 +82,11 @@ def finish(
             "steps_per_epoch": record.steps_per_epoch,
             "global_batch": record.global_batch,
         }
-        write_text(join(worker.root, SUMMARY_FILE), json.dumps(summary) + "\n")
-        runs.write_done(worker.root, dataclasses.replace(record, run_id=run_id))
+        try:
+            write_text(join(worker.root, SUMMARY_FILE), summary_text(summary))
+            runs.write_done(worker.root, dataclasses.replace(record, run_id=run_id))
+        except (tf.errors.OpError, OSError) as err:
+            raise write_error(err, worker.root, f"{SUMMARY_FILE} and DONE") from None
     if temp_dir:
         shutil.rmtree(temp_dir, ignore_errors=True)
     # Nobody leaves before the chief has written DONE: a worker that exits early would look
@@ -86,6 +96,17 @@ def finish(
     except tf.errors.OpError as err:
         raise classify(err, worker.spec.num_workers) from None
     worker.log.event("done", step=step, checkpoint_dir=worker.root)
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """``summary.json``'s text: strict JSON, whatever the figures. A diverged run's NaN or
+    infinite loss is written as ``null`` (Python's ``NaN``/``Infinity`` tokens are no JSON and
+    break other readers); ``allow_nan=False`` makes any other non-finite value an error here
+    instead of an unreadable file."""
+    finite = {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()
+    }
+    return json.dumps(finite, allow_nan=False) + "\n"
 
 
 def barrier(strategy: Any) -> None:
@@ -112,8 +133,13 @@ def weights_digest(net: Any) -> str:
 
 
 def classify(err: Any, num_workers: int) -> Exception:
-    """Map a TensorFlow runtime error in the loop to the trainer's error tree."""
+    """Map a TensorFlow runtime error in the loop to the trainer's error tree; the line keeps
+    TensorFlow's cause (:func:`~trainer.checkpoints.first_line`: for a lost peer, its task
+    and why, e.g. ``stopped sending heartbeats``) or names a malformed TFRecord's file and
+    feature (:func:`trainer.records.bad_record`)."""
     import tensorflow as tf
+
+    from trainer.records import bad_record
 
     peer_errors = (
         tf.errors.UnavailableError,
@@ -124,7 +150,7 @@ def classify(err: Any, num_workers: int) -> Exception:
     if num_workers > 1 and isinstance(err, (*peer_errors, tf.errors.InternalError)):
         return PeerLostError(f"a peer is gone or a collective timed out: {first_line(err)}")
     if isinstance(err, tf.errors.InvalidArgumentError | tf.errors.DataLossError):
-        return DataError(f"training data: {first_line(err)}")
+        return DataError(bad_record(err) or f"training data: {first_line(err)}")
     if isinstance(err, tf.errors.OutOfRangeError):
         # The pipelines are sized to the run: running out is a bug or a dataset that shrank
         # while training; restarting from the checkpoint would only run out again.

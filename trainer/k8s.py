@@ -11,6 +11,7 @@ in ``contract.API_CALLS``, with the pod's projected service-account token and CA
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import urllib.error
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer import contract
-from trainer.errors import ApiError, ApiUnreachableError, ContractError
+from trainer.errors import ApiError, ApiUnansweredError, ApiUnreachableError, ContractError
 
 _TIMEOUT_S = 5.0
 MERGE_PATCH = "application/merge-patch+json"
@@ -73,8 +74,8 @@ def _request(
 
     Raises:
         ContractError: the token or CA bundle cannot be read.
-        urllib.error.HTTPError, urllib.error.URLError, OSError, ValueError: the call failed;
-            callers turn these into their own one-line errors.
+        urllib.error.HTTPError, urllib.error.URLError, OSError, http.client.HTTPException,
+            ValueError: the call failed; :func:`_failure` turns these into one line.
     """
     if call not in contract.API_CALLS:  # the Role grants API_CALLS and nothing else
         raise AssertionError(f"{call} is not in contract.API_CALLS")
@@ -113,35 +114,49 @@ def _why(err: urllib.error.HTTPError) -> str:
     try:
         doc = json.loads(err.read() or b"{}")
         message = str(doc.get("message", "")) if isinstance(doc, dict) else ""
-    except (ValueError, OSError):
+    except (ValueError, OSError, http.client.HTTPException):  # an error body cut short too
         pass
     text = f"HTTP {err.code} {err.reason}"
     return f"{text}: {' '.join(message.split())[:300]}" if message else text
+
+
+_FAILURES = (urllib.error.URLError, OSError, http.client.HTTPException, ValueError)
+"""What :func:`_request` raises when the call itself fails (``HTTPError`` is a ``URLError``)."""
+
+
+def _failure(err: Exception) -> tuple[bool, str]:
+    """Whether a failed request is worth another try, and why it failed, on one line.
+
+    Worth it: no answer (connection refused or reset, DNS, timeout), an answer cut short or
+    garbled on the wire (``http.client.HTTPException``, e.g. ``IncompleteRead``), or HTTP 429
+    or 5xx. Not worth it: any other HTTP status (403: the Role), a certificate the CA bundle
+    does not verify, or a complete answer that is not JSON.
+    """
+    if isinstance(err, urllib.error.HTTPError):
+        return err.code == 429 or err.code >= 500, _why(err)
+    if isinstance(err, http.client.HTTPException):
+        return True, f"answer cut short or malformed: {err!r}"
+    if isinstance(err, urllib.error.URLError | OSError):
+        permanent = isinstance(getattr(err, "reason", err), ssl.SSLCertVerificationError)
+        return not permanent, str(err)
+    return False, str(err)
 
 
 def statefulset_state(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> StatefulSetState:
     """``spec.replicas`` and ``status.updateRevision`` of this worker's StatefulSet.
 
     Raises:
-        ApiUnreachableError: no answer (connection, DNS, timeout) or HTTP 429/5xx: may pass on
-            another try.
+        ApiUnreachableError: no answer (connection, DNS, timeout), an answer cut short, or HTTP
+            429/5xx: may pass on another try.
         ContractError: the token/CA cannot be read, the call is refused, or the answer has no
             positive integer ``spec.replicas``; the message names the URL or file.
     """
     url = statefulset_url(env)
     try:
         doc = _request(env, contract.API_CALLS[0], url, timeout_s=timeout_s)
-    except urllib.error.HTTPError as err:
-        transient = err.code == 429 or err.code >= 500
-        raise (ApiUnreachableError if transient else ContractError)(
-            f"GET {url}: {_why(err)}"
-        ) from None
-    except (urllib.error.URLError, OSError) as err:
-        # A certificate the CA bundle does not verify stays so: not worth another try.
-        permanent = isinstance(getattr(err, "reason", err), ssl.SSLCertVerificationError)
-        raise (ContractError if permanent else ApiUnreachableError)(f"GET {url}: {err}") from None
-    except ValueError as err:
-        raise ContractError(f"GET {url}: {err}") from None
+    except _FAILURES as err:
+        transient, why = _failure(err)
+        raise (ApiUnreachableError if transient else ContractError)(f"GET {url}: {why}") from None
     doc = doc if isinstance(doc, dict) else {}
     replicas = (doc.get("spec") or {}).get("replicas")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
@@ -154,7 +169,8 @@ def scale_to_zero(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> str:
     """PATCH the StatefulSet's ``scale`` subresource to ``spec.replicas: 0``; returns the URL.
 
     Raises:
-        ApiError: the call failed; the message names the URL and the HTTP status.
+        ApiUnansweredError: no answer, an answer cut short, or HTTP 429/5xx: worth another try.
+        ApiError: any other failure; the message names the URL and the HTTP status.
     """
     url = statefulset_url(env) + "/scale"
     _call(env, contract.API_CALLS[1], url, SCALE_TO_ZERO, MERGE_PATCH, timeout_s)
@@ -166,7 +182,8 @@ def delete_own_pod(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> str
     is fine: it is what was asked.
 
     Raises:
-        ApiError: the call failed; the message names the URL and the HTTP status.
+        ApiUnansweredError: no answer, an answer cut short, or HTTP 429/5xx: worth another try.
+        ApiError: any other failure; the message names the URL and the HTTP status.
     """
     url = pod_url(env)
     _call(env, contract.API_CALLS[2], url, None, "", timeout_s, ok_missing=True)
@@ -185,9 +202,8 @@ def _call(
     method = call.verb.upper()
     try:
         _request(env, call, url, body, content_type, timeout_s)
-    except urllib.error.HTTPError as err:
-        if ok_missing and err.code == 404:
+    except _FAILURES as err:
+        if ok_missing and isinstance(err, urllib.error.HTTPError) and err.code == 404:
             return
-        raise ApiError(f"{method} {url}: {_why(err)}") from None
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        raise ApiError(f"{method} {url}: {err}") from None
+        transient, why = _failure(err)
+        raise (ApiUnansweredError if transient else ApiError)(f"{method} {url}: {why}") from None

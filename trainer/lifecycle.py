@@ -4,6 +4,10 @@ finished or rolled-out worker does.
 - **Run identity**: ``TFD_CHECKPOINT_DIR=<root>/<run id>`` (``TFD_RUN_ID``, checked by
   ``contract.run_id_from_env``). A finished run (``DONE``) does not train again unless more
   steps are requested (:mod:`trainer.runs`).
+- **Run manifest and lease**: every worker compares the run's ``manifest.json`` with its own
+  settings before the ``DONE`` check and refuses (exit 9) a start that changes the result; the
+  chief trains only while it holds the run's lease (:mod:`trainer.manifest`,
+  :mod:`trainer.lease`).
 - **Completion** (``--on-done``): ``scale-to-zero`` PATCHes the StatefulSet's ``scale`` to 0
   (the chief after writing ``DONE``; any worker that starts and finds the run finished), then
   waits for SIGTERM; ``idle`` waits for SIGTERM serving metrics; ``exit`` exits 0. Waiting is a
@@ -22,7 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from trainer import contract, k8s, runs
 from trainer.checkpoints import checkpoint_root
@@ -30,22 +35,28 @@ from trainer.config import Config
 from trainer.errors import (
     EXIT_OK,
     EXIT_RESTART,
+    ApiUnansweredError,
     ApiUnreachableError,
     ContractError,
     RestartRequested,
     RolloutRequested,
+    TrainerError,
 )
 from trainer.logs import Log
+from trainer.manifest import RunGuard
 from trainer.metrics import Metrics, MetricsServer
 from trainer.signals import StopSignal
 from trainer.supervisor import waiting_pause
 from trainer.train import Worker
 from trainer.watch import Decision, decide_from_state
 
-START_READ_BUDGET_S = 60.0
-"""How long a worker that takes its world size from the API keeps trying the StatefulSet read at
-start: longer than an API server restart or a DNS hiccup, well inside the startup probe's five
-minutes (the probes answer meanwhile)."""
+API_RETRY_BUDGET_S = 60.0
+"""How long a worker keeps trying an API call that gets no answer (connection, DNS, timeout, an
+answer cut short) or a 429/5xx one: the StatefulSet read at start when the world size comes from
+the API, the scale to zero and the deletion of its own pod. Longer than an API server restart or
+a DNS hiccup, well inside the startup probe's five minutes (the probes answer meanwhile)."""
+
+T = TypeVar("T")
 
 
 def run(config: Config, env: Mapping[str, str]) -> int:
@@ -100,6 +111,10 @@ def run(config: Config, env: Mapping[str, str]) -> int:
                   revision=revision, update_revision=state.update_revision)  # fmt: skip
         return _leave_for_rollout(env, stop, log)
 
+    # Every worker, before anything is written and before the cluster forms: a start whose
+    # settings change the run's result is refused (trainer.manifest), a finished run included.
+    guard = RunGuard(root, config, env, log)
+    guard.check()
     record = runs.read_done(root)
     if record is not None and record.finished_for(config):
         log.event("done", reason="run finished; not training", run_id=run_id,
@@ -111,8 +126,10 @@ def run(config: Config, env: Mapping[str, str]) -> int:
                   requested_steps=record.requested_steps(config))  # fmt: skip
 
     worker = Worker(config, env, spec, root, log, metrics, stop)
+    worker.guard = guard
     try:
-        worker.train()
+        with guard.training(spec.is_chief):  # the chief's lease: one live chief per run
+            worker.train()
     except RolloutRequested as err:
         log.event("rollout", reason=str(err), revision=revision)
         return _leave_for_rollout(env, stop, log)
@@ -123,33 +140,53 @@ def _read_statefulset(
     env: Mapping[str, str], required: bool, stop: StopSignal
 ) -> tuple[k8s.StatefulSetState | None, str]:
     """The StatefulSet at start, or ``None`` and why not. Its replica count is required with
-    ``TFD_REPLICAS_SOURCE=api``: a read without an answer (connection, DNS, 429/5xx) is then
-    tried again for up to :data:`START_READ_BUDGET_S`, and a failure is a ContractError.
-    Otherwise it only serves the rollout check, and a failure is a warning (the chief's poll
-    tries again)."""
-    deadline = time.monotonic() + START_READ_BUDGET_S
+    ``TFD_REPLICAS_SOURCE=api``: a read without an answer (connection, DNS, an answer cut short)
+    or with a 429/5xx one is then tried again (:func:`_retrying`), and a failure is a
+    ContractError. Otherwise it only serves the rollout check, and a failure is a warning (the
+    chief's poll tries again)."""
+    try:
+        if required:
+            state = _retrying(lambda: k8s.statefulset_state(env), "StatefulSet read at start",
+                              ApiUnreachableError, stop, Log(None))  # fmt: skip
+        else:
+            state = k8s.statefulset_state(env)
+    except ContractError as err:
+        if required:
+            raise
+        return None, str(err)
+    return state, ""
+
+
+def _retrying(
+    call: Callable[[], T],
+    what: str,
+    transient: type[TrainerError],
+    stop: StopSignal,
+    log: Log,
+    budget_s: float = API_RETRY_BUDGET_S,
+) -> T:
+    """``call()``, tried again while it raises ``transient``: after 1, 2, 4, 8, then every 10 s
+    (the supervisor's schedule for waiting restarts, :func:`waiting_pause`), each failure a
+    ``warning``, for up to ``budget_s``; then its last error.
+
+    Raises:
+        RestartRequested: SIGTERM while waiting for the next try (exit 76).
+    """
+    deadline = time.monotonic() + budget_s
     tries = 0
     while True:
         try:
-            return k8s.statefulset_state(env), ""
-        except ApiUnreachableError as err:
-            if not required:
-                return None, str(err)
-            # The supervisor's schedule for waiting restarts: 1, 2, 4, 8, then 10 s.
+            return call()
+        except transient as err:
             pause = waiting_pause(1.0, tries)
             tries += 1
             if time.monotonic() + pause > deadline:
                 raise
-            Log(None).event("warning", message=f"StatefulSet read at start failed; next try "
-                            f"in {pause:g} s: {err}")  # fmt: skip
+            log.event("warning", message=f"{what} failed; next try in {pause:g} s: {err}")
             if stop.event.wait(pause):  # terminated meanwhile: no more tries
                 raise RestartRequested(
-                    f"stopped (SIGTERM) while the StatefulSet read was failing: {err}"
+                    f"stopped (SIGTERM) while the {what} was failing: {err}"
                 ) from None
-        except ContractError as err:
-            if required:
-                raise
-            return None, str(err)
 
 
 def _ordinal(env: Mapping[str, str]) -> int:
@@ -186,14 +223,16 @@ def _after_done(
     """``--on-done``: exit, or (scale to zero and) wait for SIGTERM serving metrics.
 
     Raises:
-        ApiError: the scale PATCH failed (exit 7, the URL and the HTTP status in the line).
+        ApiError: the scale PATCH failed for good (exit 7, the URL and the HTTP status in the
+            line); one without an answer or with a 429/5xx one is tried again first.
     """
     metrics.completed.set(1)
     metrics.ready = True
     if config.on_done == contract.ON_DONE_EXIT:
         return EXIT_OK
     if config.on_done == contract.ON_DONE_SCALE_TO_ZERO and scale:
-        url = k8s.scale_to_zero(env)
+        url = _retrying(lambda: k8s.scale_to_zero(env), "scale to zero", ApiUnansweredError,
+                        stop, log)  # fmt: skip
         log.event("scaled_to_zero", url=url, reason="run finished: StatefulSet replicas set to 0")
     why = {
         contract.ON_DONE_IDLE: "training complete; serving metrics until terminated",
@@ -209,9 +248,11 @@ def _leave_for_rollout(env: Mapping[str, str], stop: StopSignal, log: Log) -> in
     for the kubelet's SIGTERM; then exit 76 (a checkpoint was written, restart me).
 
     Raises:
-        ApiError: the DELETE failed (exit 7, the URL and the HTTP status in the line).
+        ApiError: the DELETE failed for good (exit 7, the URL and the HTTP status in the line);
+            one without an answer or with a 429/5xx one is tried again first.
     """
-    url = k8s.delete_own_pod(env)
+    url = _retrying(lambda: k8s.delete_own_pod(env), "deletion of this pod", ApiUnansweredError,
+                    stop, log)  # fmt: skip
     log.event("pod_deleted", url=url, reason="rollout: waiting for termination")
     stop.event.wait()
     return EXIT_RESTART

@@ -39,8 +39,10 @@ from trainer.errors import (
     EXIT_CHECKPOINT,
     EXIT_CONTRACT,
     EXIT_DATA,
+    EXIT_DIVERGED,
     EXIT_MODEL,
     EXIT_OK,
+    EXIT_RUN_CONFLICT,
     EXIT_USAGE,
 )
 
@@ -48,9 +50,20 @@ STATEFULSET = "tfd-worker"
 SERVICE = "tfd-workers"
 NAMESPACE = "local"
 PERMANENT_EXIT_CODES = frozenset(
-    {EXIT_USAGE, EXIT_CONTRACT, EXIT_DATA, EXIT_CHECKPOINT, EXIT_MODEL, EXIT_API}
+    {
+        EXIT_USAGE,
+        EXIT_CONTRACT,
+        EXIT_DATA,
+        EXIT_CHECKPOINT,
+        EXIT_MODEL,
+        EXIT_API,
+        EXIT_DIVERGED,
+        EXIT_RUN_CONFLICT,
+    }
 )
-"""Usage, contract, data, checkpoint, model and API (RBAC) errors: restarting cannot fix them."""
+"""Usage, contract, data, checkpoint, model and API (RBAC) errors, a diverged loss (it would
+diverge again from the same checkpoint) and run conflicts (another run's manifest, another live
+chief's lease): restarting cannot fix them."""
 EXIT_INTERRUPTED = 130
 _GRACE_S = 15.0
 _WORKER_LINE = re.compile(r"^\[worker-(\d+)\] (.*)$")

@@ -1,10 +1,10 @@
 """Worker logs: one JSON object per line (pods, pipes), or a progress line on a terminal.
 
 Every line carries ``event`` and ``worker``; the local launcher and the tests read them back.
-Events: ``forming``, ``start``, ``resume``, ``rescale``, ``progress``, ``first_step``, ``epoch``,
-``checkpoint``, ``stop``, ``trained``, ``done``, ``continue``, ``scaled_to_zero``, ``rollout``,
-``pod_deleted``, ``surplus``, ``idle``, ``warning`` (the supervisor adds ``restart`` and
-``supervisor_exit``).
+Events: ``forming``, ``input_scale``, ``start``, ``resume``, ``rescale``, ``progress``,
+``first_step``, ``epoch``, ``checkpoint``, ``stop``, ``trained``, ``done``, ``continue``, ``lease``,
+``run_manifest``, ``scaled_to_zero``, ``rollout``, ``pod_deleted``, ``surplus``, ``idle``,
+``warning`` (the supervisor adds ``restart`` and ``supervisor_exit``).
 """
 
 from __future__ import annotations

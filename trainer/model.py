@@ -28,6 +28,25 @@ def default_cnn(input_shape: tuple[int, ...] = (28, 28, 1), num_classes: int = 1
     )
 
 
+def with_input_scale(net: Any, scale: float, input_shape: tuple[int, ...]) -> Any:
+    """``net`` behind a ``Rescaling(scale)`` layer (the data's scale, ``trainer.data.Source``),
+    so the saved model takes the user's raw rows; ``net`` itself when ``scale`` is 1.
+
+    The layer computes in float32 whatever the precision policy (``net`` casts its input as
+    before) and has no weights: checkpoints track ``net`` alone, so they do not depend on it.
+    """
+    if scale == 1.0:
+        return net
+    return tf_keras.Sequential(
+        [
+            tf_keras.layers.InputLayer(input_shape=input_shape),
+            tf_keras.layers.Rescaling(scale, name="input_scale", dtype="float32"),
+            net,
+        ],
+        name=f"{net.name}_scaled",
+    )
+
+
 def load_builder(spec: str) -> Callable[..., Any]:
     """Import ``module:function``; an empty spec selects :func:`default_cnn`.
 

@@ -81,7 +81,13 @@ def coordination_api() -> tuple[CoordinationApi | None, str]:
     if configure is None or leader is None:
         return None, "context.configure_coordination_service or coordination_leader is gone"
     params = inspect.signature(configure).parameters
-    missing = {"service_type", "service_leader", "heartbeat_timeout_in_ms", "coordinated_jobs"}
+    missing = {
+        "service_type",
+        "service_leader",
+        "heartbeat_timeout_in_ms",
+        "cluster_register_timeout_in_ms",
+        "coordinated_jobs",
+    }
     missing -= set(params)
     if missing:
         return None, f"configure_coordination_service lacks {sorted(missing)}"

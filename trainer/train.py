@@ -7,6 +7,8 @@ overhead against plain ``model.fit`` stays small (figures in docs/trainer.md).
 
 Checkpoint directory layout (``TFD_CHECKPOINT_DIR``, local path or gs:// / s3:// URI)::
 
+    manifest.json               the run's settings at its first start, chief only
+    chief.lease                 the live chief's lease (trainer.lease), chief only
     checkpoints/ckpt-<step>.*   step-level checkpoints, chief only
     model.keras                 final model, chief only
     summary.json                final figures, chief only
@@ -17,6 +19,7 @@ A worker process's life around this (run identity, completion, rollouts) is trai
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -26,10 +29,17 @@ from typing import Any
 from trainer import checkpoints, contract, placement, precision, runs, runtime
 from trainer.checkpoints import GLOBAL_BATCH_KEY, LOSS_SCALE_KEY
 from trainer.config import Config
-from trainer.errors import DataError, RestartRequested, RolloutRequested, UsageError
+from trainer.errors import (
+    DataError,
+    DivergedError,
+    RestartRequested,
+    RolloutRequested,
+    UsageError,
+)
 from trainer.evaluate import Evaluator
 from trainer.finish import classify, finish
 from trainer.logs import Log
+from trainer.manifest import RunGuard
 from trainer.metrics import Metrics
 from trainer.signals import StopSignal, watch_tf_preemption
 from trainer.summaries import Summaries
@@ -62,10 +72,14 @@ class Worker:
         self.evaluate: Callable[[], tuple[float, float]] | None = None
         self.summaries = Summaries("")
         self.precision = ""
+        self.guard: RunGuard | None = None
+        """The run's manifest check and the chief's lease (set by trainer.lifecycle)."""
+        self.checkpoint_path: str | None = None
+        """The checkpoint training resumed from (``None``: started at step 0)."""
 
     # --- set-up -----------------------------------------------------------------------------
     def _strategy(self) -> Any:
-        return placement.strategy(self.config, self.spec, self.log)
+        return placement.strategy(self.config, self.spec, self.log, self.stop)
 
     def train(self) -> None:
         import tensorflow as tf
@@ -115,6 +129,9 @@ class Worker:
             eval_source = data.load(
                 cfg.eval_dataset, cfg.seed + 1, cfg.synthetic_examples, self.root, self.is_chief
             )
+            data.check_same_scale(source, eval_source)
+        self.log.event("input_scale", scale=source.scale, dtype=source.dtype,
+                       reason=source.scaling())  # fmt: skip
         replicas = strategy.num_replicas_in_sync
         global_batch = cfg.batch_size * replicas
         spe = cfg.steps_per_epoch or source.num_examples // global_batch
@@ -127,7 +144,9 @@ class Worker:
         num_classes = self._num_classes(source.num_classes)
         self.metrics.ready = True
         with strategy.scope():
-            net = model.build(cfg.model, source.input_shape, num_classes)
+            inner = model.build(cfg.model, source.input_shape, num_classes)
+            # The data's scale as the saved model's first layer: model.keras takes raw rows.
+            net = model.with_input_scale(inner, source.scale, source.input_shape)
             optimizer = tf_keras.optimizers.Adam(cfg.learning_rate_for(replicas))
             optimizer.build(net.trainable_variables)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -146,8 +165,10 @@ class Worker:
                 aggregation=tf.VariableAggregation.SUM,
                 name="interval_sums",
             )
+        if self.guard is not None:  # the chief's first start writes the run manifest
+            self.guard.record(global_batch, prec.name)
         tracked = {
-            "model": net,
+            "model": inner,
             "optimizer": optimizer,
             "step": step_var,
             "last_metrics": last_metrics,
@@ -162,7 +183,7 @@ class Worker:
         scale_state = prec.loss_scale_state()
         if scale_state is not None:  # fp16: saved from now on, resumed where it was saved
             setattr(ckpt, LOSS_SCALE_KEY, scale_state)
-            if checkpoints.restore_extra(self.root, {LOSS_SCALE_KEY: scale_state}):
+            if checkpoints.restore_extra(self.checkpoint_path, {LOSS_SCALE_KEY: scale_state}):
                 self.log.event(
                     "loss_scale", restored=prec.loss_scale(), good_steps=prec.good_steps()
                 )
@@ -218,8 +239,15 @@ class Worker:
             local = tf.identity(sums.read_value())
             with tf.control_dependencies([local]):
                 sums.assign(tf.zeros(3))
+            # Weights that are not finite, once per call (one pass over them, against the
+            # call's steps of forward and backward passes): a ReLU turns NaN into 0, so a model
+            # whose weights are NaN can still show a finite loss.
+            broken = tf.add_n([tf.reduce_sum(tf.cast(~tf.math.is_finite(w), tf.float32))
+                               for w in net.weights if w.dtype.is_floating])  # fmt: skip
             ctx = tf.distribute.get_replica_context()
-            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat([local, stop_flags], 0))
+            return ctx.all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.concat([local, [broken], stop_flags], 0)
+            )
 
         @tf.function
         def train_call(steps: tf.Tensor, stop_flags: tf.Tensor) -> tf.Tensor:
@@ -279,10 +307,11 @@ class Worker:
     def _restore(
         self, tracked: Mapping[str, Any], step_var: Any, batch_var: Any, total: int
     ) -> int:
-        """See :func:`trainer.checkpoints.restore`."""
-        return checkpoints.restore(
+        """See :func:`trainer.checkpoints.restore`; returns the step to start at."""
+        step, self.checkpoint_path = checkpoints.restore(
             self.root, tracked, step_var, batch_var, total, self.config, self.log, self.metrics
         )
+        return step
 
     def _manager(self, ckpt: Any) -> tuple[Any, str]:
         return checkpoints.manager(ckpt, self.root, self.is_chief, self.spec.task_index)
@@ -341,7 +370,18 @@ class Worker:
                     t_first_done = now
                     self.log.event("first_step", step=step)
                 steps_since_log += k
-                loss_sum, correct, count, stop_votes, rollout_votes = (float(v) for v in out)
+                loss_sum, correct, count, broken, stop_votes, rollout_votes = (
+                    float(v) for v in out
+                )
+                # All-reduced figures: every worker stops here together, before any save, so
+                # the latest checkpoint predates the bad step.
+                if broken or not math.isfinite(loss_sum):
+                    weights = ", weights not finite" if broken else ""
+                    raise DivergedError(
+                        f"training diverged in steps {step - k + 1}-{step}: loss "
+                        f"{loss_sum / max(count, 1):g}{weights}; nothing saved after step "
+                        f"{step - k}; lower --learning-rate or look for NaN/Inf in the data"
+                    )
                 interval = (loss_sum, correct, count)
                 epoch_sums = [a + b for a, b in zip(epoch_sums, interval, strict=True)]
                 self.metrics.stepped(k, global_batch, now - t_call)

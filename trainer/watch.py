@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from trainer import contract, k8s
 from trainer.errors import ContractError
 from trainer.logs import Log
+from trainer.supervisor import waiting_pause
 
 
 class Decision(enum.Enum):
@@ -52,8 +53,10 @@ def decide_from_state(
 class StatefulSetWatch:
     """Polls the StatefulSet every ``interval_s`` and sets ``world_changed`` or ``rollout``.
 
-    A failed read is a ``warning`` and the next poll tries again. ``stop()`` ends the thread
-    (training finished: nothing to watch while a finished worker waits).
+    Nothing a read raises ends the thread: a failed read is a ``warning`` and the next poll
+    tries again, after ``interval_s`` or, while reads keep failing, the supervisor's doubling
+    pause (:func:`~trainer.supervisor.waiting_pause`) if that is longer. ``stop()`` ends the
+    thread (training finished: nothing to watch while a finished worker waits).
     """
 
     def __init__(
@@ -81,14 +84,20 @@ class StatefulSetWatch:
         self._stopped.set()
 
     def _poll(self) -> None:
-        while not self._stopped.wait(self.interval_s):
+        failures = 0
+        pause = self.interval_s
+        while not self._stopped.wait(pause):
             try:
-                state = self.read(self.env)
-            except ContractError as err:
-                self.log.event("warning", message=f"StatefulSet check failed: {err}")
-                continue
-            if self.check(state) is not Decision.CONTINUE:
-                return
+                if self.check(self.read(self.env)) is not Decision.CONTINUE:
+                    return
+                failures, pause = 0, self.interval_s
+            except Exception as err:  # noqa: BLE001 - a dead watch would miss resizes and rollouts
+                # The adapter's own errors are one line already; anything else is a surprise
+                # worth its type name.
+                why = str(err) if isinstance(err, ContractError) else f"{err!r}"
+                self.log.event("warning", message=f"StatefulSet check failed: {why}")
+                pause = max(self.interval_s, waiting_pause(self.interval_s, failures))
+                failures += 1
 
     def check(self, state: k8s.StatefulSetState) -> Decision:
         """Apply one StatefulSet read: sets the matching event and logs why."""

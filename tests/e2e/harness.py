@@ -34,6 +34,18 @@ PROJECT = "tf-distributed"
 PASSPHRASE = "e2e-only-passphrase"
 
 
+def kubeconfig_with_context(name: str) -> str:
+    """The cluster's kubeconfig with its context renamed ``name`` (the prod example names its
+    cluster by the kube context ``tfd-prod``)."""
+    config = json.loads(KUBECONFIG.read_text())
+    old = config["current-context"]
+    for context in config["contexts"]:
+        if context["name"] == old:
+            context["name"] = name
+    config["current-context"] = name
+    return json.dumps(config)
+
+
 def run_program() -> None:
     """The inline program: this repository's ``__main__.py``, exactly as ``pulumi up`` runs it
     (from the project directory, as ``__main__``)."""

@@ -61,6 +61,11 @@ def busybox_pod(
                         "allowPrivilegeEscalation": False,
                         "capabilities": {"drop": ["ALL"]},
                     },
+                    # A namespace with a ResourceQuota admits only pods that state both.
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "16Mi"},
+                        "limits": {"cpu": "100m", "memory": "32Mi"},
+                    },
                 }
             ],
         },

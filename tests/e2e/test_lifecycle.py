@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import KUBECONFIG, Kube, Project
+from tests.e2e.harness import KUBECONFIG, PROJECT, Kube, Project
 from trainer import contract, k8s
 
 NAMESPACE = "tfd-life"
@@ -94,6 +98,59 @@ def test_workers_may_make_exactly_the_trainer_calls(
     assert kube.can_i("patch", scale, "--subresource=scale", "-n", NAMESPACE, who), "scale"
 
 
+def _scale_as_worker(env: dict[str, str], replicas: int) -> tuple[int, str]:
+    """PATCH the ``scale`` subresource the way the trainer does (``trainer/k8s.py``), with a
+    workers' ServiceAccount token: (HTTP status, body)."""
+    url = k8s.statefulset_url(env) + "/scale"
+    request = urllib.request.Request(
+        url,
+        data=json.dumps({"spec": {"replicas": replicas}}).encode(),
+        method="PATCH",
+        headers={
+            "Content-Type": k8s.MERGE_PATCH,
+            "Authorization": f"Bearer {Path(env[contract.ENV_API_TOKEN_PATH]).read_text().strip()}",
+        },
+    )
+    context = ssl.create_default_context(cafile=env[contract.ENV_API_CA_PATH])
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_a_worker_token_cannot_scale_beyond_zero(
+    deployed: Project, kube: Kube, worker_env: Callable[[str], dict]
+) -> None:
+    env = worker_env(f"{STATEFULSET}-0")
+    for replicas in (5000, 3, 1):
+        status, body = _scale_as_worker(env, replicas)
+        assert status == 403, f"a worker token scaled to {replicas}: {status} {body}"
+        # The ValidatingAdmissionPolicy's message, not RBAC's (the Role allows this patch).
+        assert "may only scale StatefulSet" in body and f"got {replicas}" in body, body
+    assert kube.get("statefulset.apps", STATEFULSET, NAMESPACE)["spec"]["replicas"] == 2
+
+
+def test_the_quota_refuses_a_worker_beyond_the_most_workers(deployed: Project, kube: Kube) -> None:
+    # As the deployer (not the workers): the count is allowed, the fourth pod is not.
+    kube.run("scale", f"statefulset/{STATEFULSET}", "-n", NAMESPACE, "--replicas=4")
+
+    def refused() -> str | None:
+        for event in kube.items("events", NAMESPACE):
+            if event.get("reason") == "FailedCreate" and "exceeded quota" in event["message"]:
+                return event["message"]
+        return None
+
+    message = kube.wait_for("the quota refusing a fourth worker", refused, 60)
+    assert f"{STATEFULSET}-3" in message, message
+    kube.wait_for("3 ready workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 3)
+    assert sorted(p["metadata"]["name"] for p in _pods(kube)) == [
+        f"{STATEFULSET}-{i}" for i in range(3)
+    ]
+    kube.run("scale", f"statefulset/{STATEFULSET}", "-n", NAMESPACE, "--replicas=2")
+    kube.wait_for("2 workers", lambda: len(_pods(kube)) == 2)
+
+
 def test_done_scales_to_zero_and_stays_without_diff(
     deployed: Project, kube: Kube, worker_env: Callable[[str], dict]
 ) -> None:
@@ -120,21 +177,51 @@ def test_done_scales_to_zero_and_stays_without_diff(
     assert _pods(kube) == []
 
 
+def _resources(steps: list) -> set[tuple[str, str]]:
+    """(operation, name) of changed steps, the size patch's digest cut off its name."""
+    return {(s.op, s.name.split("-size-")[0]) for s in steps}
+
+
+def test_a_refresh_of_the_finished_run_changes_nothing(deployed: Project, kube: Kube) -> None:
+    # The refresh reads spec.replicas 0 back into the state: no reason to bring the pods back.
+    deployed.refresh()
+    deployed.preview(expect_no_changes=True)
+    deployed.up()
+    assert kube.get("statefulset.apps", STATEFULSET, NAMESPACE)["spec"]["replicas"] == 0
+    assert _pods(kube) == []
+
+
+def test_more_epochs_bring_the_finished_runs_workers_back(deployed: Project, kube: Kube) -> None:
+    # The HPA does nothing for a target at zero: the new size patch brings the workers back.
+    deployed.set("epochs", 7)
+    changed = _resources(deployed.preview().changed())
+    assert changed == {("update", "workers"), ("create", "workers"), ("delete", "workers")}, changed
+    deployed.up()
+    kube.wait_for("2 ready workers again", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 2)
+    args = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert args[args.index("--epochs") + 1] == "7", args
+    deployed.preview(expect_no_changes=True)
+
+
 def test_a_new_run_id_replaces_the_statefulset_at_full_size(deployed: Project, kube: Kube) -> None:
     deployed.set("runId", "2")
     preview = deployed.preview()
-    changed = {(s.op, s.name) for s in preview.changed()}
+    changed = _resources(preview.changed())
     assert changed and {name for _, name in changed} == {"workers"}, changed
     assert any(op in ("replace", "delete-replaced") for op, _ in changed), changed
     up = deployed.up()
-    assert {s.name for s in up.changed()} == {"workers"}, [(s.op, s.name) for s in up.changed()]
+    assert {name for _, name in _resources(up.changed())} == {"workers"}, up.changed()
     kube.wait_for("2 ready workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 2)
     sts = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
     assert sts["metadata"]["annotations"]["tf-distributed.io/run-id"] == "2"
     env = {
         e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]
     }
-    assert env[contract.ENV_CHECKPOINT_DIR] == "/checkpoints/tfd/2", env
+    # <claim mount>/<project>/<stack>/<runId>: unique per project, stack and run.
+    assert env[contract.ENV_CHECKPOINT_DIR] == f"/checkpoints/{PROJECT}/{deployed.stack.name}/2"
+    assert (env[contract.ENV_PROJECT], env[contract.ENV_STACK]) == (PROJECT, "life"), env
     deployed.preview(expect_no_changes=True)
 
 

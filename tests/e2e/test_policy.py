@@ -33,12 +33,12 @@ from pulumi import automation as auto
 
 from infra.render import Registered
 from tests.e2e.conftest import rendered_resources
-from tests.e2e.harness import KUBECONFIG, PASSPHRASE, ROOT, TOOLS, Project
+from tests.e2e.harness import KUBECONFIG, PASSPHRASE, ROOT, TOOLS, Project, kubeconfig_with_context
 from tests.policy.variants import STACKS, VARIANTS, Variant
 
 PACK = ROOT / "policy"
 PACK_NAME = "tf-distributed"
-FACT_POLICIES = ("images-pinned", "gpu-scheduling", "checkpoint-retention")
+FACT_POLICIES = ("images-pinned", "gpu-scheduling", "checkpoint-retention", "namespace-isolation")
 WORKFLOW = ROOT / ".github" / "workflows" / "preview.yml"
 PREBUILT = "registry.example/tfd/tf-distributed-trainer@sha256:" + "5" * 64
 
@@ -187,7 +187,9 @@ def test_violating_stack_fails_the_preview_with_the_policy_message(
 
 def _configured(new_project: Callable[..., Project], stack: str, source: str) -> Project:
     project = new_project(stack, stack_file=source)
-    project.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
+    # The prod example names its cluster by the context tfd-prod.
+    kubeconfig = kubeconfig_with_context("tfd-prod") if source == "prod" else KUBECONFIG.read_text()
+    project.set("kubeconfig", kubeconfig, secret=True)
     if source == "prod":
         # As in test_prod: no chart download, no registry here.
         project.set("grafanaAdminPassword", "policy-e2e-grafana", secret=True)

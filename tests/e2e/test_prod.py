@@ -1,9 +1,11 @@
 """The cloud example (``Pulumi.prod.yaml``) with the real engine, pointed at the local cluster.
 
-A user follows the stack file: set the kubeconfig (and Grafana password) as secrets, preview,
-deploy. The test-only overrides point the stack at this cluster: the kube-prometheus-stack chart
-cannot be downloaded here, and with no registry to push to the workers run a prebuilt image by
-digest (``imageReference``), which cloud stacks require to be pinned.
+A user follows the stack file: a kubeconfig whose context is ``tfd-prod`` (held here by the
+stack as a secret, the by-hand way; CI supplies it as ``$KUBECONFIG``), the Grafana password as
+a secret, preview, deploy. The test-only overrides point the stack at this cluster: the
+kube-prometheus-stack chart cannot be downloaded here, and with no registry to push to the
+workers run a prebuilt image by digest (``imageReference``), which cloud stacks require to be
+pinned.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable
 import pytest
 from pulumi import automation as auto
 
-from tests.e2e.harness import KUBECONFIG, Kube, Project
+from tests.e2e.harness import Kube, Project, kubeconfig_with_context
 
 NAMESPACE = "tfd-prod"
 STATEFULSET = "tfd-worker"
@@ -26,7 +28,8 @@ def test_prod_example_deploys_its_gpu_workers_onto_the_gpu_node_only(
     new_project: Callable[..., Project], kube: Kube
 ) -> None:
     prod = new_project("prod")
-    # Before the user sets the kubeconfig the file asks for: the program's own message.
+    # Without a kube context and a kubeconfig: the program's own message.
+    prod.set("kubeContext", "")
     with pytest.raises(auto.CommandError) as failed:
         prod.preview()
     assert (
@@ -35,8 +38,9 @@ def test_prod_example_deploys_its_gpu_workers_onto_the_gpu_node_only(
     ), failed.value
     assert "Traceback" not in str(failed.value)
 
-    # What Pulumi.prod.yaml tells its user to run.
-    prod.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
+    # What Pulumi.prod.yaml tells its user: the cluster under the context tfd-prod.
+    prod.set("kubeContext", "tfd-prod")
+    prod.set("kubeconfig", kubeconfig_with_context("tfd-prod"), secret=True)
     prod.set("grafanaAdminPassword", "prod-e2e-grafana", secret=True)
     prod.set_many(TEST_ONLY_OVERRIDES)
 
@@ -53,17 +57,24 @@ def test_prod_example_deploys_its_gpu_workers_onto_the_gpu_node_only(
         assert limits.get("nvidia.com/gpu") == "1", f"pod {name}: limits {limits}"
         assert pod["spec"]["containers"][0]["image"] == PREBUILT
 
-    # Replicas with autoscaling off: the StatefulSet changes, and the Role's pod names shrink
-    # with it (a worker may delete only its own pod); `up` applies both.
+    # Replicas with autoscaling off: a new size patch sets the count (the StatefulSet's own
+    # spec.replicas is set at creation only), the pod template's world size changes, and the
+    # Role's pod names shrink with it (a worker may delete only its own pod); `up` applies all.
     prod.set("replicas", 2)
     changed = {s.name: s for s in prod.preview().changed()}
-    assert sorted((s.op, s.type, s.name) for s in changed.values()) == [
+    assert sorted((s.op, s.type, s.name.split("-size-")[0]) for s in changed.values()) == [
+        ("create", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
+        ("delete", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
         ("update", "kubernetes:apps/v1:StatefulSet", "workers"),
+        ("update", "kubernetes:core/v1:ResourceQuota", "training-quota"),
         ("update", "kubernetes:rbac.authorization.k8s.io/v1:Role", "training-trainer"),
     ], [(s.op, s.type, s.name, s.detailed_diff) for s in changed.values()]
     role_diff = changed["training-trainer"].detailed_diff
     assert set(role_diff) == {"rules[2].resourceNames[2]", "rules[2].resourceNames[3]"}, role_diff
-    assert "spec.replicas" in changed["workers"].detailed_diff, changed["workers"].detailed_diff
+    # The quota follows the worker count: every figure halves with it.
+    quota_diff = changed["training-quota"].detailed_diff
+    assert any(path.startswith("spec.hard") for path in quota_diff), quota_diff
+    assert "spec.replicas" not in changed["workers"].detailed_diff, changed["workers"].detailed_diff
     prod.up()
     kube.wait_for("2 ready GPU workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 2)
     prod.preview(expect_no_changes=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.e2e import realnode
-from tests.e2e.harness import Kube, Project
+from tests.e2e.harness import PROJECT, Kube, Project
 from tests.e2e.test_image import built, docker  # noqa: F401 - fixtures and helper
 from tests.e2e.test_real_training import log_figure, node_image  # noqa: F401 - fixture
 from trainer import contract
@@ -29,8 +29,9 @@ pytestmark = [pytest.mark.real_node, pytest.mark.timeout(1500)]
 NS = "tfd-cycle"
 STS = "tfd-worker"
 STEPS_PER_EPOCH, CHECKPOINT_EVERY = 100, 20
-EPOCHS = 12
-"""Long enough for a rollout and an HPA resize to happen mid-run on two busy cores."""
+EPOCHS = 24
+"""Long enough for a rollout, a pod deletion and an HPA resize to happen mid-run: at 12 the run
+once finished (1,200 steps at 2 workers) before the HPA's resize, on a lightly loaded machine."""
 NEW_RUN_EPOCHS = 1
 HPA_WINDOW_S = 60
 """autoscalingScaleUpWindowSeconds, its minimum: the resize happens a minute after the target."""
@@ -219,7 +220,8 @@ def test_the_finished_run_frees_its_pods_and_stays_without_diff(
     training: dict, stack: Project, kube: Kube
 ) -> None:
     claim = kube.items("persistentvolumeclaim", NS)[0]["metadata"]["name"]
-    run_dir = realnode.volume_dir(kube, NS, claim) / "tfd" / "1"
+    # The stacks' layout: <claim>/<project>/<stack>/<runId> (infra.workers.checkpoint_dir).
+    run_dir = realnode.volume_dir(kube, NS, claim) / PROJECT / stack.stack.name / "1"
     kube.wait_for(f"DONE in {run_dir}", lambda: (run_dir / contract.DONE_MARKER).exists(), 1200, 2)
     done_at = time.monotonic()
     log_figure("lifecycle stack: pulumi up to DONE", done_at - training["started"])
@@ -235,12 +237,36 @@ def test_the_finished_run_frees_its_pods_and_stays_without_diff(
     assert kube.get("statefulset.apps", STS, NS)["spec"]["replicas"] == 0, "the HPA revived it"
 
 
+def test_more_epochs_continue_the_finished_run_under_its_autoscaler(
+    training: dict, stack: Project, kube: Kube
+) -> None:
+    # The HPA does nothing for a target at zero: the new target's size patch brings it back.
+    stack.set_many({"epochs": EPOCHS + 1, "autoscalingCpuLimitUtilization": 100})
+    claim = kube.items("persistentvolumeclaim", NS)[0]["metadata"]["name"]
+    summary_file = realnode.volume_dir(kube, NS, claim) / PROJECT / stack.stack.name / "1"
+    summary_file /= "summary.json"
+    started = time.monotonic()
+    stack.up()
+
+    def continued() -> dict | None:
+        try:
+            summary = json.loads(summary_file.read_text())
+        except (OSError, ValueError):  # being rewritten
+            return None
+        return summary if summary["final_step"] == (EPOCHS + 1) * STEPS_PER_EPOCH else None
+
+    kube.wait_for("the continued run's DONE", continued, 900, 2)
+    log_figure("lifecycle stack: continue with one more epoch to DONE", time.monotonic() - started)
+    kube.wait_for("no worker pod left", lambda: not workers(kube), 300, 2)
+
+
 def test_a_new_run_id_trains_from_step_zero_in_its_own_directory(
     training: dict, stack: Project, kube: Kube
 ) -> None:
     stack.set_many({"runId": "2", "epochs": NEW_RUN_EPOCHS, "autoscalingCpuLimitUtilization": 100})
     claim = kube.items("persistentvolumeclaim", NS)[0]["metadata"]["name"]
-    run_dir = realnode.volume_dir(kube, NS, claim) / "tfd" / "2"
+    # The stacks' layout: <claim>/<project>/<stack>/<runId> (infra.workers.checkpoint_dir).
+    run_dir = realnode.volume_dir(kube, NS, claim) / PROJECT / stack.stack.name / "2"
     assert not run_dir.exists(), f"{run_dir} exists before the run"
     started = time.monotonic()
     stack.up()

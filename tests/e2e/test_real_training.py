@@ -28,6 +28,7 @@ STS = "tfd-worker"
 SERVICE = "tfd-workers"
 EPOCHS, STEPS_PER_EPOCH, CHECKPOINT_EVERY = 3, 100, 25
 TOTAL_STEPS = EPOCHS * STEPS_PER_EPOCH
+WORKERS = "app.kubernetes.io/component=worker,app.kubernetes.io/instance=tfd"
 FIGURES: dict[str, float] = {}
 
 
@@ -65,8 +66,9 @@ def stack(new_project: Callable[..., Project], node_image: str) -> Project:
         "epochs": EPOCHS,
         "stepsPerEpoch": STEPS_PER_EPOCH,
         "checkpointEvery": CHECKPOINT_EVERY,
-        # No HPA resize during this run (resizing on real CPU load is a scenario of its own).
-        "autoscalingMaxReplicas": 2,
+        # No HPA: the count is the stack's (the lifecycle stack has one); this stack also proves
+        # that a finished run stays finished through a refresh and continues with more epochs.
+        "autoscalingEnabled": False,
     }
     return realnode.real_stack(new_project, "real", NS, node_image, settings)
 
@@ -109,6 +111,11 @@ def test_workers_reach_each_other_by_stable_names_and_others_are_denied(
     )  # fmt: skip
     assert code == 0 and "connected" in out, f"worker 0 -> {peer}: {out}"
     # A pod without the workers' labels, in the workers' namespace: gRPC and metrics dropped.
+    # The namespace's quota has room for the workers only: one more pod, for this test alone.
+    quota = kube.get("resourcequota", "tfd-workers", NS)
+    one_more = {"pods": str(int(quota["spec"]["hard"]["pods"]) + 1)}
+    kube.run("patch", "resourcequota", "tfd-workers", "-n", NS, "--type=merge", "-p",
+             json.dumps({"spec": {"hard": one_more}}))  # fmt: skip
     realnode.apply(kube, realnode.busybox_pod("intruder", NS, "sleep 3600"))
     realnode.running(kube, "intruder", NS)
     code, out = realnode.exec_in(kube, "intruder", NS, f"nslookup {peer}")
@@ -121,7 +128,9 @@ def test_workers_reach_each_other_by_stable_names_and_others_are_denied(
     assert metrics_of(kube, f"{STS}-1").get(contract.METRIC_WORLD_SIZE) == 2, (
         f"{STS}-1 serves no metrics on {contract.DEFAULT_METRICS_PORT}: the refusal proves nothing"
     )
-    kube.run("delete", "pod", "intruder", "-n", NS, "--grace-period=1")
+    kube.run("delete", "pod", "intruder", "-n", NS, "--grace-period=1", "--wait=true")
+    kube.run("patch", "resourcequota", "tfd-workers", "-n", NS, "--type=merge", "-p",
+             json.dumps({"spec": {"hard": quota["spec"]["hard"]}}))  # fmt: skip
 
 
 def test_metrics_through_the_service_carry_the_documented_series(
@@ -174,6 +183,37 @@ def test_training_finishes_with_done_and_summary_on_the_volume(deployed: dict, k
     summary = json.loads((marker.parent / "summary.json").read_text())
     assert summary["workers"] == 2 and summary["final_step"] == TOTAL_STEPS, summary
     assert summary["accuracy"] >= 0.9, summary
+
+
+def test_a_finished_run_stays_finished_through_refresh_and_continues_with_more_epochs(
+    stack: Project, kube: Kube, deployed: dict
+) -> None:
+    kube.wait_for("no worker pod left", lambda: not kube.items("pods", NS, WORKERS), 300, 2)
+    # The refresh reads spec.replicas 0 back: `up` must not bring the finished run's pods back.
+    stack.refresh()
+    stack.preview(expect_no_changes=True)
+    stack.up()
+    time.sleep(5)
+    assert kube.get("statefulset.apps", STS, NS)["spec"]["replicas"] == 0
+    assert not kube.items("pods", NS, WORKERS), "a refresh and an up revived the finished run"
+
+    [claim] = [c["metadata"]["name"] for c in kube.items("persistentvolumeclaim", NS)]
+    marker = next(realnode.volume_dir(kube, NS, claim).rglob(contract.DONE_MARKER))
+    stack.set("epochs", EPOCHS + 1)
+    started = time.monotonic()
+    stack.up()
+
+    def continued() -> dict | None:
+        try:
+            summary = json.loads((marker.parent / "summary.json").read_text())
+        except (OSError, ValueError):  # being rewritten
+            return None
+        return summary if summary["final_step"] == TOTAL_STEPS + STEPS_PER_EPOCH else None
+
+    summary = kube.wait_for("the continued run's DONE", continued, 600, 2)
+    log_figure("continue a finished run: pulumi up to DONE", time.monotonic() - started)
+    assert summary["workers"] == 2, summary
+    kube.wait_for("no worker pod left again", lambda: not kube.items("pods", NS, WORKERS), 300, 2)
 
 
 def test_destroy_leaves_nothing_running(stack: Project, kube: Kube, deployed: dict) -> None:

@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 from pulumi import automation as auto
+from pulumi.automation._stack import ImportResource
 
 from tests.e2e.conftest import rendered_resources
 from tests.e2e.harness import KUBECONFIG, Kube, Project
+from trainer import contract
 
 NAMESPACE = "tfd-e2e"
 STATEFULSET = "tfd-worker"
@@ -37,6 +39,11 @@ KUBECTL_KIND = {
     "StatefulSet": "statefulset.apps",
     "PodDisruptionBudget": "poddisruptionbudget.policy",
     "HorizontalPodAutoscaler": "horizontalpodautoscaler.autoscaling",
+    "ResourceQuota": "resourcequota",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicy.admissionregistration.k8s.io",
+    "ValidatingAdmissionPolicyBinding": (
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io"
+    ),
 }
 
 
@@ -149,27 +156,51 @@ def test_no_changes_after_an_hpa_style_scale(first_up: Any, project: Project, ku
 def test_update_previews_exactly_the_change_and_up_applies_it(
     first_up: Any, project: Project, kube: Kube
 ) -> None:
-    project.set("epochs", 5)
+    # A new image: the pod template changes (a rollout), nothing else; the HPA's count stays.
     project.set("imageReference", "tf-distributed-trainer:0.2.0")
-    preview = project.preview()
-    changed = preview.changed()
+    changed = project.preview().changed()
     assert [(s.op, s.type, s.name) for s in changed] == [
         ("update", "kubernetes:apps/v1:StatefulSet", "workers")
     ], [(s.op, s.type, s.name, s.diffs) for s in changed]
-    # args[3] is the value of --epochs; the annotation carries the image for the rollout.
+    # The annotation carries the image for the rollout; TFD_IMAGE for the run manifest.
+    env = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)["spec"]["template"]["spec"][
+        "containers"
+    ][0]["env"]
+    image_env = [e["name"] for e in env].index(contract.ENV_IMAGE)
     assert changed[0].detailed_diff == {
         'spec.template.metadata.annotations["tf-distributed.io/image-id"]': "update",
-        "spec.template.spec.containers[0].args[3]": "update",
         "spec.template.spec.containers[0].image": "update",
+        f"spec.template.spec.containers[0].env[{image_env}].value": "update",
     }, changed[0].detailed_diff
-
     up = project.up()
     assert [(s.op, s.name) for s in up.changed()] == [("update", "workers")]
     live = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
-    container = live["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == "tf-distributed-trainer:0.2.0"
-    assert container["args"][container["args"].index("--epochs") + 1] == "5", container["args"]
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        "tf-distributed-trainer:0.2.0"
+    )
     assert live["spec"]["replicas"] == 3, "the update reset the replica count the HPA owns"
+    project.preview(expect_no_changes=True)
+
+    # More epochs change the run's target: a new size patch replaces the old one and sets the
+    # count to `replicas` (what brings a finished run back; the HPA resizes from there).
+    project.set("epochs", 5)
+    changed = {(s.op, s.type, s.name.split("-size-")[0]): s for s in project.preview().changed()}
+    assert sorted(changed) == [
+        ("create", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
+        ("delete", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
+        ("update", "kubernetes:apps/v1:StatefulSet", "workers"),
+    ], [(s.op, s.type, s.name, s.diffs) for s in changed.values()]
+    sts_diff = changed["update", "kubernetes:apps/v1:StatefulSet", "workers"].detailed_diff
+    # args[3] is the value of --epochs.
+    assert sts_diff == {"spec.template.spec.containers[0].args[3]": "update"}, sts_diff
+    up = project.up()
+    assert sorted((s.op, s.name.split("-size-")[0]) for s in up.changed()) == [
+        ("create", "workers"), ("delete", "workers"), ("update", "workers"),
+    ]  # fmt: skip
+    live = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
+    container = live["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][container["args"].index("--epochs") + 1] == "5", container["args"]
+    assert live["spec"]["replicas"] == 2, "the new target's patch did not set the count"
     project.preview(expect_no_changes=True)
 
 
@@ -216,6 +247,46 @@ def test_bad_config_fails_with_the_programs_message_and_creates_nothing(
     )
 
 
+def adopt_retained(project: Project) -> None:
+    """docs/infra.md's adoption after a Retain destroy: the namespace as an existing one, an up
+    without the claim (and what mounts it), the claim and the namespace imported into their
+    places in the program, the namespace the stack's own again."""
+    stack = project.stack.name
+    prefix = f"urn:pulumi:{stack}::tf-distributed::"
+    project.set("namespaceMode", "existing")
+    project.up(
+        exclude=[f"{prefix}tfd:infra:Workers$kubernetes:core/v1:PersistentVolumeClaim::"
+                 "workers-checkpoints"],
+        exclude_dependents=True,
+    )  # fmt: skip
+    project.stack.import_resources(
+        resources=[
+            ImportResource(
+                type="kubernetes:core/v1:PersistentVolumeClaim",
+                name="workers-checkpoints",
+                id=f"{NAMESPACE}/tfd-checkpoints",
+                parent="workers-component",
+                provider="provider",
+            ),
+            ImportResource(
+                type="kubernetes:core/v1:Namespace",
+                name="training",
+                id=NAMESPACE,
+                parent="training-component",
+                provider="provider",
+            ),
+        ],
+        name_table={
+            "workers-component": f"{prefix}tfd:infra:Workers::workers",
+            "training-component": f"{prefix}tfd:infra:TrainingNamespace::training",
+            "provider": f"{prefix}pulumi:providers:kubernetes::kubernetes",
+        },
+        protect=False,
+        generate_code=False,
+    )
+    project.set("namespaceMode", "create")
+
+
 def test_destroy_keeps_what_config_retains_and_up_again_works(
     first_up: Any, project: Project, kube: Kube
 ) -> None:
@@ -227,14 +298,20 @@ def test_destroy_keeps_what_config_retains_and_up_again_works(
     kept = kube.get("persistentvolumeclaim", "tfd-checkpoints", NAMESPACE)
     assert kept is not None and kept["spec"]["volumeName"] == volume
     for kind in ("statefulset.apps", "service", "serviceaccount", "role", "rolebinding",
-                 "networkpolicy", "horizontalpodautoscaler", "poddisruptionbudget"):  # fmt: skip
+                 "networkpolicy", "horizontalpodautoscaler", "poddisruptionbudget",
+                 "resourcequota"):  # fmt: skip
         left = [i["metadata"]["name"] for i in kube.items(kind, NAMESPACE)]
         if kind == "serviceaccount":
             left.remove("default")  # the namespace's own
         assert left == [], f"pulumi destroy left {kind}: {left}"
+    guard = f"{NAMESPACE}.{STATEFULSET}.scale-to-zero"
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        assert kube.get(KUBECTL_KIND[kind], guard) is None, f"pulumi destroy left {kind} {guard}"
     kube.wait_for("worker pods gone", lambda: kube.items("pods", NAMESPACE, SELECTOR) == [])
 
-    # A second `up` adopts the retained namespace and claim: same volume, same checkpoints.
+    # The provider refuses to create the kept namespace and claim (AlreadyExists): adopt them
+    # with docs/infra.md's commands (checkpoint retention), then `up` uses the same volume.
+    adopt_retained(project)
     again = project.up()
     assert again.changed(), "the second up created nothing"
     claim = kube.get("persistentvolumeclaim", "tfd-checkpoints", NAMESPACE)

@@ -13,11 +13,13 @@ from infra import monitoring
 from infra.config import (
     PROJECT,
     PROJECT_FILE,
+    SYSTEM_NAMESPACES,
     ConfigError,
     contract_defaults,
     parse_config,
     parse_quantity,
     project_declarations,
+    scale_quantity,
 )
 from infra.render import USER_SECRETS, Recorder, render_stack, stack_config
 
@@ -83,6 +85,36 @@ INVALID = [
     ("dev", {P + "imageTag": "latest"}, "imageTag", "not 'latest'", "'latest'"),
     ("prod", {P + "imageRegistry": ""}, "imageRegistry", "required when clusterKind", "''"),
     ("dev", {P + "namespace": "TF_Train"}, "namespace", "lowercase DNS label", "'TF_Train'"),
+    ("dev", {P + "namespace": "kube-system"}, "namespace", "system namespace", "'kube-system'"),
+    (
+        "prod",
+        {P + "namespace": "default", P + "namespaceMode": "existing"},
+        "namespace",
+        "must not be a Kubernetes system namespace (default, kube-node-lease",
+        "'default'",
+    ),
+    ("dev", {P + "namespaceMode": "adopt"}, "namespaceMode", "one of create, existing", "'adopt'"),
+    (
+        "prod",
+        {P + "monitoringNamespace": "kube-system"},
+        "monitoringNamespace",
+        "must not be a Kubernetes system namespace",
+        "'kube-system'",
+    ),
+    (
+        "prod",
+        {P + "monitoringNamespace": "kube-public", P + "monitoringInstall": False},
+        "monitoringNamespace",
+        "system namespace",
+        "'kube-public'",
+    ),
+    (
+        "prod",
+        {P + "monitoringNamespaceMode": "shared"},
+        "monitoringNamespaceMode",
+        "one of create, existing",
+        "'shared'",
+    ),
     ("dev", {P + "collective": "nccl"}, "collective", "needs gpusPerWorker >= 1", "'nccl'"),
     ("dev", {P + "collective": "mpi"}, "collective", "one of auto, ring, nccl", "'mpi'"),
     ("dev", {P + "metricsPort": 2222}, "metricsPort", "must differ from grpcPort", "2222"),
@@ -247,6 +279,54 @@ def test_every_problem_is_reported_at_once():
     assert {P + "replicas", P + "imageTag", P + "epochs"} <= keys, caught.value.problems
 
 
+@pytest.mark.parametrize("name", SYSTEM_NAMESPACES)
+def test_every_system_namespace_is_refused_with_the_other_problems(name):
+    with pytest.raises(ConfigError) as caught:
+        render_stack(
+            "prod",
+            {P + "namespace": name, P + "monitoringNamespace": name, P + "replicas": 0},
+        )
+    rule = "must not be a Kubernetes system namespace"
+    for key in ("namespace", "monitoringNamespace"):
+        assert any(
+            p.startswith(f"{P}{key}: {rule}") and p.endswith(f"; got {name!r}")
+            for p in caught.value.problems
+        ), f"{key}={name}: {caught.value.problems}"
+    assert any(p.startswith(f"{P}replicas:") for p in caught.value.problems), caught.value
+
+
+def test_a_system_namespace_name_is_free_where_monitoring_is_off():
+    # monitoringNamespace names nothing on the cluster while monitoring is off.
+    cfg = parse_config(*stack_config("dev", {P + "monitoringNamespace": "kube-system"}), {})
+    assert not cfg.monitoring.enabled and cfg.monitoring.namespace == "kube-system"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "owns", "creates_monitoring"),
+    [
+        ({}, True, True),
+        ({P + "namespaceMode": "existing"}, False, True),
+        ({P + "monitoringNamespaceMode": "existing"}, True, False),
+        ({P + "monitoringInstall": False}, True, False),
+    ],
+)
+def test_namespace_modes(overrides, owns, creates_monitoring):
+    cfg = parse_config(*stack_config("prod", overrides), {})
+    assert cfg.owns_namespace is owns, f"Pulumi.prod.yaml + {overrides}"
+    assert cfg.monitoring.creates_namespace is creates_monitoring, f"Pulumi.prod.yaml + {overrides}"
+    # Retain keeps the claim; the namespace only where it is the stack's to delete.
+    assert cfg.retains_checkpoint_claim and cfg.retains_namespace is owns
+
+
+@pytest.mark.parametrize(
+    ("text", "factor", "expected"),
+    [("16Gi", 4, "64Gi"), ("500m", 3, "1500m"), ("1.5Gi", 3, "4.5Gi"), ("2", 2, "4"), (1, 4, "4")],
+)
+def test_scale_quantity_is_exact_in_the_same_suffix(text, factor, expected):
+    assert scale_quantity(text, factor) == expected
+    assert parse_quantity(expected) == parse_quantity(str(text)) * factor
+
+
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_stack_files_parse(stack):
     values, secret_keys = stack_config(stack)
@@ -289,7 +369,9 @@ def test_stack_settings_per_issue():
     assert prod.cluster.kind == "cloud" and prod.workers.gpus >= 1
     assert prod.workers.gpu_node_selector and prod.workers.gpu_tolerations
     assert (prod.autoscaling.enabled, prod.monitoring.enabled) == (False, True)
-    assert P + "kubeconfig" in stack_config("prod")[1], "Pulumi.prod.yaml: kubeconfig not secret"
+    # The CI-deployed stack names a kube context; no cluster credential in its config or state.
+    assert (prod.cluster.context, prod.cluster.kubeconfig) == ("tfd-prod", None)
+    assert stack_config("prod")[1] == [P + "grafanaAdminPassword"], "Pulumi.prod.yaml secrets"
 
 
 def _declared_values() -> dict:

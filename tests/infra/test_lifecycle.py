@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import ConfigError, parse_config
+from infra.config import PROJECT, ConfigError, parse_config
 from infra.render import Rendered, render_stack, stack_config
-from infra.workers import REVISION_LABEL, RUN_ID_ANNOTATION
+from infra.workers import REVISION_LABEL, RUN_ID_ANNOTATION, checkpoint_dir
 from trainer import contract
 
 P = "tf-distributed:"
@@ -36,13 +36,14 @@ def _flag(result: Rendered, flag: str) -> str:
 @pytest.mark.parametrize(
     ("stack", "overrides", "run_id", "checkpoint_dir"),
     [
-        ("dev", {}, "1", "/checkpoints/tfd/1"),
-        ("dev", {P + "runId": "lr-sweep-2"}, "lr-sweep-2", "/checkpoints/tfd/lr-sweep-2"),
-        ("prod", {P + "appName": "mnist"}, "1", "/checkpoints/mnist/1"),
-        ("prod", {P + "checkpointUri": "gs://bucket/ckpt/"}, "1", "gs://bucket/ckpt/1"),
-        ("prod", {P + "checkpointUri": "s3://b/c", P + "runId": "b"}, "b", "s3://b/c/b"),
+        ("dev", {}, "1", "/checkpoints/tf-distributed/dev/1"),
+        ("dev", {P + "runId": "lr-2"}, "lr-2", "/checkpoints/tf-distributed/dev/lr-2"),
+        # The app is not part of the path: the stack already names one app.
+        ("prod", {P + "appName": "mnist"}, "1", "/checkpoints/tf-distributed/prod/1"),
+        ("prod", {P + "checkpointUri": "gs://bk/ckpt/"}, "1", "gs://bk/ckpt/tf-distributed/prod/1"),
+        ("prod", {P + "checkpointUri": "s3://b/c", P + "runId": "b"}, "b", "s3://b/c/tf-distributed/prod/b"),
     ],
-)
+)  # fmt: skip
 def test_each_run_has_its_own_checkpoint_directory(stack, overrides, run_id, checkpoint_dir):
     result = render_stack(stack, overrides)
     where = f"Pulumi.{stack}.yaml + {overrides}: StatefulSet {_sts(result).metadata['name']}"
@@ -50,6 +51,48 @@ def test_each_run_has_its_own_checkpoint_directory(stack, overrides, run_id, che
     assert env[contract.ENV_CHECKPOINT_DIR] == checkpoint_dir, where
     assert env[contract.ENV_RUN_ID] == run_id, where
     assert _sts(result).metadata["annotations"] == {RUN_ID_ANNOTATION: run_id}, where
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_pods_know_their_project_stack_app_and_image(rendered, stack):
+    """The run manifest's identity fields (trainer/manifest.py) come from the pod environment,
+    and the checkpoint directory is built from the same project and stack."""
+    result = rendered[stack]
+    env = _env(result)
+    where = f"stack {stack}: StatefulSet {_sts(result).metadata['name']} env"
+    assert env[contract.ENV_PROJECT] == PROJECT, where
+    assert env[contract.ENV_STACK] == stack, where
+    assert env[contract.ENV_APP] == _sts(result).metadata["name"].removesuffix("-worker"), where
+    assert env[contract.ENV_IMAGE] == _container(result)["image"], where
+    project, stack_name, run_id = env[contract.ENV_CHECKPOINT_DIR].split("/")[-3:]
+    assert (project, stack_name, run_id) == (PROJECT, stack, env[contract.ENV_RUN_ID]), where
+
+
+@pytest.mark.parametrize("uri", ["", "gs://shared-bucket/runs"])
+def test_two_stacks_never_share_a_checkpoint_directory(uri):
+    """Same settings, same runId, same bucket or claim path: the stack (or project) tells the
+    directories apart, so one stack's run can never resume or overwrite another's."""
+    values, secret_keys = stack_config("prod", {P + "checkpointUri": uri})
+    dirs = {
+        (project, stack): checkpoint_dir(
+            parse_config(values, secret_keys, {}, project=project, stack=stack)
+        )
+        for project in ("tf-distributed", "tf-distributed-fork")
+        for stack in ("prod", "prod-eu", "team-a.prod")
+    }
+    assert len(set(dirs.values())) == len(dirs), dirs
+    for (project, stack), path in dirs.items():
+        assert path.endswith(f"/{project}/{stack}/1"), (project, stack, path)
+
+
+@pytest.mark.parametrize("name", ["", ".", "a/b", "-dev", "x" * 64])
+@pytest.mark.parametrize("what", ["project", "stack"])
+def test_project_and_stack_names_must_be_path_segments(what, name):
+    values, secret_keys = stack_config("dev", {})
+    with pytest.raises(ConfigError) as caught:
+        parse_config(values, secret_keys, {}, environ={"DOCKER_HOST": "x"}, **{what: name})
+    lines = [p for p in caught.value.problems if p.startswith(f"pulumi {what} name:")]
+    assert lines and lines[0].endswith(f"; got {name!r}"), caught.value.problems
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])

@@ -6,6 +6,7 @@ import posixpath
 
 import pytest
 
+from infra import workers
 from infra.config import parse_config
 from infra.render import SECRET_TEXT, render_stack, stack_config
 from infra.stack import MONITORING_OUTPUTS
@@ -368,6 +369,13 @@ def test_every_kubernetes_resource_uses_the_explicit_provider(rendered, stack):
 def test_secrets_never_in_clear(rendered):
     prod = rendered["prod"]
     (provider,) = [r for r in prod.resources if r.type == "pulumi:providers:kubernetes"]
+    # The CI-deployed stack keeps no cluster credential in its provider inputs (the state).
+    assert provider.inputs == {"context": "tfd-prod"}
+    admin = prod.one("Secret")["stringData"]
+    assert admin["admin-password"] == SECRET_TEXT, "Grafana password written in clear"
+    # A stack that does hold its kubeconfig gets it as a secret.
+    held = render_stack("prod", {"tf-distributed:kubeconfig": {"secure": "kubeconfig"}})
+    (provider,) = [r for r in held.resources if r.type == "pulumi:providers:kubernetes"]
     assert provider.inputs["kubeconfig"] == SECRET_TEXT
     text = repr([r.inputs for r in prod.resources]) + repr(prod.outputs)
     assert "Placeholder" not in text, "stack prod: a secure: ciphertext leaked into the render"
@@ -400,27 +408,70 @@ def test_stack_outputs(rendered):
         f"tfd-worker-{i}.tfd-workers.tfd-dev.svc.cluster.local:2222" for i in range(2)
     ]
     assert out["logsCommand"].startswith("kubectl --context minikube -n tfd-dev logs -f -l ")
-    # A kubeconfig-only stack targets its own cluster, not the shell's current context.
     assert (
         rendered["prod"]
         .outputs["logsCommand"]
-        .startswith("kubectl --kubeconfig <(pulumi config get kubeconfig) -n tfd-prod logs -f -l ")
+        .startswith("kubectl --context tfd-prod -n tfd-prod logs -f -l ")
     ), rendered["prod"].outputs["logsCommand"]
+    # A kubeconfig-only stack targets its own cluster, not the shell's current context.
+    held = render_stack(
+        "prod",
+        {"tf-distributed:kubeconfig": {"secure": "kubeconfig"}, "tf-distributed:kubeContext": ""},
+    )
+    assert held.outputs["logsCommand"].startswith(
+        "kubectl --kubeconfig <(pulumi config get kubeconfig) -n tfd-prod logs -f -l "
+    ), held.outputs["logsCommand"]
     assert "@sha256:" in rendered["prod"].outputs["image"], "cloud workers must run a digest"
     prod_image = _container(rendered, "prod")["image"]
     assert prod_image == rendered["prod"].outputs["image"]
 
 
-@pytest.mark.parametrize(("stack", "ignored"), [("dev", ("spec.replicas",)), ("prod", ())])
-def test_statefulset_leaves_replicas_to_the_hpa(rendered, stack, ignored):
+@pytest.mark.parametrize(
+    ("stack", "target"),
+    [
+        # dev: the HPA owns the count; prod: no HPA, so the count is part of the target.
+        ("dev", "run=1 epochs=3 steps-per-epoch=0"),
+        ("prod", "run=1 epochs=20 steps-per-epoch=0 replicas=4"),
+    ],
+)
+def test_the_worker_count_is_set_at_creation_and_by_the_size_patch(rendered, stack, target):
     (sts,) = [r for r in rendered[stack].resources if r.type == "kubernetes:apps/v1:StatefulSet"]
-    assert sts.ignore_changes == ignored, f"stack {stack}: ignore_changes {sts.ignore_changes}"
+    assert sts.ignore_changes == ("spec.replicas",), f"stack {stack}: StatefulSet ignore_changes"
+    (patch,) = [
+        r for r in rendered[stack].resources if r.type == "kubernetes:apps/v1:StatefulSetPatch"
+    ]
+    meta = patch.inputs["metadata"]
+    assert meta["name"] == sts.inputs["metadata"]["name"], f"stack {stack}: patch target"
+    assert meta["annotations"][workers.RUN_TARGET_ANNOTATION] == target, f"stack {stack}: {meta}"
+    assert meta["annotations"][workers.PATCH_FORCE_ANNOTATION] == "true"
+    assert patch.inputs["spec"] == {"replicas": sts.inputs["spec"]["replicas"]}
+    assert patch.ignore_changes == ("spec.replicas",), f"stack {stack}: patch ignore_changes"
+    assert patch.name.startswith("workers-size-"), patch.name
+
+
+DOCKER_HOST = "tcp://192.168.49.2:2376"
+"""What `minikube docker-env` gives: a minikube stack that builds its image needs it."""
+
+
+def _dev(**overrides: object) -> object:
+    flat = {f"tf-distributed:{k}": v for k, v in {"dockerHost": DOCKER_HOST, **overrides}.items()}
+    return parse_config(*stack_config("dev", flat), {})
+
+
+def test_a_new_target_is_a_new_size_patch_and_the_same_target_is_not() -> None:
+    same = workers.size_patch_name("workers", _dev())
+    assert workers.size_patch_name("workers", _dev(imageTag="0.9.9")) == same, "image: a rollout"
+    for key, value in (("epochs", 9), ("stepsPerEpoch", 7), ("runId", "r2")):
+        other = workers.size_patch_name("workers", _dev(**{key: value}))
+        assert other != same, f"{key}={value}: the finished run's workers would stay at zero"
 
 
 @pytest.mark.parametrize(("stack", "retain"), [("dev", False), ("prod", True)])
 def test_checkpoint_claim_retention_follows_config(rendered, stack, retain):
     (claim,) = [r for r in rendered[stack].resources if r.kind == "PersistentVolumeClaim"]
     assert claim.retain_on_delete is retain, f"stack {stack}: claim retain_on_delete"
+    # A claim imported after a Retain destroy carries its bound volume: never a replacement.
+    assert set(claim.ignore_changes) == {"spec.volumeName", "spec.volumeMode"}, claim.ignore_changes
     # Deleting the namespace deletes every claim in it: a kept claim needs a kept namespace.
     ns_name = claim.metadata["namespace"]
     (ns,) = [r for r in rendered[stack].resources if r.kind == "Namespace" and r.name == "training"]

@@ -20,7 +20,7 @@ def test_cli_writes_manifests_and_pulumi_records(tmp_path, capsys):
     for name in records:
         doc = yaml.safe_load((tmp_path / "pulumi" / name).read_text())
         assert "apiVersion" not in doc, f"pulumi/{name} would be mistaken for a manifest"
-    assert "13 manifests" in capsys.readouterr().out
+    assert "16 manifests" in capsys.readouterr().out
 
 
 def test_integers_are_written_as_integers(rendered_dirs):
@@ -49,10 +49,9 @@ def _leaves(value):
 
 def test_secrets_are_placeholders_in_files(rendered_dirs):
     texts = [p.read_text() for p in rendered_dirs["prod"].rglob("*.yaml")]
-    provider = yaml.safe_load(
-        (rendered_dirs["prod"] / "pulumi" / "kubernetes-kubernetes.yaml").read_text()
-    )
-    assert provider["inputs"]["kubeconfig"] == render.SECRET_TEXT
+    manifests = rendered_dirs["prod"] / "manifests"
+    admin = yaml.safe_load((manifests / "secret-monitoring-tfd-grafana-admin.yaml").read_text())
+    assert admin["stringData"]["admin-password"] == render.SECRET_TEXT
     assert not any("Placeholder" in t for t in texts), "a secure: value was written"
 
 

@@ -24,6 +24,8 @@ from infra.render import Registered, render_stack
 from tests.policy.variants import POLICIES, STACKS, UNKNOWN_IMAGE, VARIANTS, Variant
 
 ROOT = Path(__file__).resolve().parents[2]
+PROJECT = "tf-distributed"
+EXISTING = {"namespaceMode": "existing"}
 
 
 def _case(
@@ -53,6 +55,11 @@ def pack_run() -> dict[str, Any]:
     """Every case (committed stacks, variants, an unknown image) through the pack, once."""
     rendered = {stack: render_stack(stack).resources for stack in STACKS}
     cases = [_case(stack, stack, rendered[stack]) for stack in STACKS]
+    for stack in STACKS:
+        # The program in a namespace it does not own: no Namespace, policies on its own pods.
+        existing = render_stack(stack, {f"{PROJECT}:{k}": v for k, v in EXISTING.items()})
+        cases.append(_case(f"{stack}-existing", stack, existing.resources, EXISTING))
+        cases.append(_case(f"{stack}-existing-unset", stack, existing.resources))
     for variant in [*VARIANTS, UNKNOWN_IMAGE]:
         resources = copy.deepcopy(rendered[variant.stack])
         variant.change(resources)
@@ -83,6 +90,20 @@ def test_the_pack_has_every_policy_mandatory(pack_run: dict[str, Any]) -> None:
 @pytest.mark.parametrize("stack", STACKS)
 def test_committed_stacks_pass_every_policy(stack: str, pack_run: dict[str, Any]) -> None:
     assert pack_run["results"][stack] == {}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_stack_in_an_existing_namespace_passes_when_the_setting_says_so(
+    stack: str, pack_run: dict[str, Any]
+) -> None:
+    assert pack_run["results"][f"{stack}-existing"] == {}
+    # The same resources, read as a stack that should declare its namespace: refused.
+    found = pack_run["results"][f"{stack}-existing-unset"]
+    assert set(found) == {"namespace-isolation"}, found
+    assert any(
+        f"namespace 'tfd-{stack}'" in m and "not declared by the stack" in m
+        for m in found["namespace-isolation"]
+    ), found
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.id for v in VARIANTS])

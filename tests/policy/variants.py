@@ -27,14 +27,20 @@ UNKNOWN_STRING = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 """The policy SDK's sentinel for a string that is unknown during preview."""
 
 
+def _is(resource: Registered, kind: str) -> bool:
+    """``resource`` is an object of ``kind``: not a ``<Kind>Patch`` of one (the worker count's
+    StatefulSetPatch carries ``kind: StatefulSet`` too)."""
+    return resource.inputs.get("kind") == kind and not resource.type.endswith("Patch")
+
+
 def one(resources: list[Registered], kind: str) -> dict[str, Any]:
-    found = [r.inputs for r in resources if r.inputs.get("kind") == kind]
+    found = [r.inputs for r in resources if _is(r, kind)]
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
 
 
 def registered(resources: list[Registered], kind: str) -> Registered:
-    return next(r for r in resources if r.inputs.get("kind") == kind)
+    return next(r for r in resources if _is(r, kind))
 
 
 def pod(resources: list[Registered]) -> dict[str, Any]:
@@ -140,6 +146,19 @@ def _deny_with_egress(resources: list[Registered]) -> None:
         and r.inputs["metadata"]["name"].endswith("default-deny")
     )
     deny["spec"]["egress"] = [{}]
+
+
+def _deny_selects_other_pods(resources: list[Registered]) -> None:
+    """The stack in a namespace it does not own (no Namespace), its deny-all policy aimed at
+    pods that are not the workers."""
+    _without("Namespace")(resources)
+    deny = next(
+        r.inputs
+        for r in resources
+        if r.inputs.get("kind") == "NetworkPolicy"
+        and r.inputs["metadata"]["name"].endswith("default-deny")
+    )
+    deny["spec"]["podSelector"] = {"matchLabels": {"app.kubernetes.io/instance": "other"}}
 
 
 def _hpa_target(field: str, value: str) -> Callable[[list[Registered]], None]:
@@ -400,6 +419,18 @@ VARIANTS = [
             "no default-deny NetworkPolicy",
             "fix: a NetworkPolicy with podSelector {}",
         ),
+    ),
+    Variant(
+        "existing-namespace-deny-misses-the-workers",
+        "dev",
+        _deny_selects_other_pods,
+        "namespace-isolation",
+        (
+            "namespace 'tfd-dev' (runs StatefulSet tfd-dev/tfd-worker)",
+            "no default-deny NetworkPolicy",
+            "or the workload's own labels",
+        ),
+        config={"namespaceMode": "existing"},
     ),
     Variant(
         "default-deny-allows-egress",

@@ -25,11 +25,14 @@ class Seen:
 @dataclass
 class FakeApi:
     """``replicas``/``update_revision`` feed the StatefulSet GET; ``status`` maps a method to the
-    HTTP status it answers (default 200); ``seen`` lists the requests."""
+    HTTP status it answers (default 200); a method in ``cut_short`` gets its answer truncated
+    (the full ``Content-Length``, half the body, then the connection closes: the client's
+    ``http.client.IncompleteRead``); ``seen`` lists the requests."""
 
     replicas: int = 1
     update_revision: str = ""
     status: dict[str, int] = field(default_factory=dict)
+    cut_short: set[str] = field(default_factory=set)
     seen: list[Seen] = field(default_factory=list)
     url: str = ""
     on_request: Callable[[Seen], None] | None = None
@@ -67,6 +70,10 @@ class FakeApi:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
+                if self.command in api.cut_short:
+                    self.wfile.write(body[: len(body) // 2])
+                    self.close_connection = True
+                    return
                 self.wfile.write(body)
 
             do_GET = do_PATCH = do_DELETE = _answer  # noqa: N815

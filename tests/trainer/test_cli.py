@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -10,6 +11,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from trainer import cli, contract
@@ -17,6 +19,7 @@ from trainer.errors import (
     EXIT_CHECKPOINT,
     EXIT_CONTRACT,
     EXIT_DATA,
+    EXIT_DIVERGED,
     EXIT_MODEL,
     EXIT_UNEXPECTED,
     EXIT_USAGE,
@@ -109,12 +112,30 @@ def test_bad_flags(argv: list[str], match: str, capsys: pytest.CaptureFixture[st
 
 CORRUPT_STATE = "corrupt-state"
 CORRUPT_INDEX = "corrupt-index"
+BAD_RECORD = "bad-record"
+"""TFRecords whose second file ends with a record of 5 values for a 28x28x1 'x'."""
+ALL_NAN = "all-nan"
+"""An .npz of NaN features: the first training call's loss is NaN."""
+NO_PORT = "tf-config-no-port"
 CASES = {
     "bad-data-path": (["--dataset", "/nonexistent/train.npz"], None, EXIT_DATA, "no such file"),
     "bad-model": (["--model", "no_such_pkg_q:build"], None, EXIT_MODEL, "cannot import"),
     CORRUPT_STATE: ([], CORRUPT_STATE, EXIT_CHECKPOINT, "checkpoint: corrupt"),
     CORRUPT_INDEX: ([], CORRUPT_INDEX, EXIT_CHECKPOINT, "ckpt-10: cannot restore"),
     "bad-contract": ([], "contract", EXIT_CONTRACT, "TFD_POD_NAME: ordinal must be <"),
+    BAD_RECORD: (
+        ["--batch-size", "2"],
+        BAD_RECORD,
+        EXIT_DATA,
+        "part-1.tfrecord: feature 'x' has 5 values; 'x_shape' (default 28x28x1) needs 784",
+    ),
+    ALL_NAN: (
+        ["--batch-size", "8", "--steps-per-call", "2"],
+        ALL_NAN,
+        EXIT_DIVERGED,
+        "training diverged in steps 1-2: loss ",
+    ),
+    NO_PORT: ([], NO_PORT, EXIT_CONTRACT, "TF_CONFIG: cluster.worker: entry must be 'host:port'"),
     # The test machines have no GPU: fp16 is only emulated there (bf16 depends on the CPU).
     "fp16-on-cpu": (
         ["--precision", "fp16"],
@@ -151,14 +172,35 @@ BOOM_MODULE = textwrap.dedent(
 )
 
 
+def _write_records(path: Path, sizes: list[int]) -> None:
+    """One ``tf.train.Example`` per size: an ``x`` of that many values, label 1."""
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for size in sizes:
+            feature = {
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=[0.5] * size)),
+                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[1])),
+            }
+            w.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[int, str]]]:
+def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each case's checkpoint directory."""
+    return {name: tmp_path_factory.mktemp(name) for name in [*CASES, UNEXPECTED]}
+
+
+@pytest.fixture(scope="module")
+def runs(roots: dict[str, Path]) -> Iterator[dict[str, tuple[int, str]]]:
     """Every case as a real ``python -m trainer`` process, all started at once."""
     procs = {}
     cases = {name: (argv, setup) for name, (argv, setup, _, _) in CASES.items()}
     cases[UNEXPECTED] = (["--model", "tfd_boom_model:build", "--epochs", "1"], UNEXPECTED)
     for name, (argv, setup) in cases.items():
-        root = tmp_path_factory.mktemp(name)
+        root = roots[name]
         env = worker_envs(1, str(root))[0]
         ckpts = root / "checkpoints"
         if setup == CORRUPT_STATE:
@@ -171,6 +213,20 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[i
             (ckpts / "ckpt-10.data-00000-of-00001").write_bytes(b"\x01" * 128)
         elif setup == "contract":
             env[contract.ENV_POD_NAME] = "tfd-worker-5"
+        elif setup == BAD_RECORD:
+            (root / "data").mkdir()
+            _write_records(root / "data" / "part-0.tfrecord", [784] * 4)
+            _write_records(root / "data" / "part-1.tfrecord", [784] * 3 + [5])
+            argv = [*argv, "--dataset", str(root / "data")]
+        elif setup == ALL_NAN:
+            np.savez(
+                root / "nan.npz", x=np.full((32, 8, 8), np.nan, "float32"), y=np.arange(32) % 4
+            )
+            argv = [*argv, "--dataset", str(root / "nan.npz")]
+        elif setup == NO_PORT:
+            env[contract.ENV_TF_CONFIG] = json.dumps(
+                {"cluster": {"worker": ["localhost:2222", "tfd-worker-1"]}, "task": {"index": 0}}
+            )
         elif setup == UNEXPECTED:
             (root / "tfd_boom_model.py").write_text(BOOM_MODULE)
             env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
@@ -201,6 +257,12 @@ def test_errors_are_one_line_and_exit_code(runs: dict[str, tuple[int, str]], cas
     assert "Traceback" not in stderr, f"{case}: traceback on stderr"
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("trainer: error: ") and text in last, f"{case}: {last}"
+
+
+def test_a_diverged_run_saved_nothing(runs: dict[str, tuple[int, str]], roots: dict[str, Path]):
+    """The all-NaN run stopped at its first call, before the first checkpoint."""
+    assert runs[ALL_NAN][0] == EXIT_DIVERGED
+    assert not list(roots[ALL_NAN].glob("checkpoints/ckpt-*")), "a checkpoint after the NaN loss"
 
 
 def test_unexpected_error_prints_traceback_and_exits_1(runs: dict[str, tuple[int, str]]):

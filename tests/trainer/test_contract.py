@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -118,6 +119,19 @@ def test_live_replicas_override_env():
             },
             None,
             r"task.type must be 'worker'",
+        ),
+        *(
+            (
+                {
+                    contract.ENV_TF_CONFIG: json.dumps(
+                        {"cluster": {"worker": ["a:1", peer]}, "task": {"index": 0}}
+                    )
+                },
+                None,
+                rf"TF_CONFIG: cluster.worker: entry must be 'host:port'; got '{re.escape(peer)}'",
+            )
+            # No port: TensorFlow would wait for the peer (exit 75 after a while), not refuse it.
+            for peer in ("tfd-worker-1", "tfd-worker-1:", "tfd-worker-1:grpc", "b:0", ":2222")
         ),
     ],
 )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer import data
+from trainer import data, records
 from trainer.errors import EXIT_DATA, DataError
 
 
@@ -52,26 +53,104 @@ def test_workers_get_disjoint_shards():
     assert len(seen[0] | seen[1]) == 64
 
 
-def test_npz(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("x", "scale"),
+    [
+        (np.full((20, 28, 28), 255, "uint8"), data.PIXEL_SCALE),  # the dtype says pixels
+        (np.linspace(-3.2, 4.7, 20 * 28 * 28, dtype="float32").reshape(20, 28, 28), 1.0),
+        (np.full((20, 28, 28), 255.0), 1.0),  # float64 0-255: taken as it is too
+        (np.full((20, 28, 28), 7, "int32"), 1.0),
+    ],
+    ids=["uint8", "standardised-float32", "float64-over-255", "int32"],
+)
+def test_npz_values_are_never_changed_only_uint8_gets_a_scale(
+    tmp_path: Path, x: np.ndarray, scale: float
+):
+    """The model applies the scale (its first layer); the arrays reach it as stored."""
     path = tmp_path / "d.npz"
-    np.savez(path, x=np.full((20, 28, 28), 255, "uint8"), y=np.arange(20) % 10)
+    np.savez(path, x=x, y=np.arange(20) % 10)
     source = data.load(str(path), 1, 0, str(tmp_path), True)
     assert source.input_shape == (28, 28, 1) and source.num_examples == 20
-    assert float(source.x.max()) == 1.0
+    assert (source.dtype, source.scale) == (str(x.dtype), scale), source.scaling()
+    assert source.x is not None and source.x.dtype == np.float32
+    assert np.array_equal(source.x[..., 0], x.astype("float32")), f"{x.dtype}: values changed"
 
 
-def _write_tfrecord(path: Path, n: int) -> None:
+def test_evaluation_data_must_call_for_the_same_scale(tmp_path: Path):
+    pixels, floats = tmp_path / "pixels.npz", tmp_path / "floats.npz"
+    np.savez(pixels, x=np.zeros((4, 2, 2, 1), "uint8"), y=np.arange(4))
+    np.savez(floats, x=np.zeros((4, 2, 2, 1), "float32"), y=np.arange(4))
+    train = data.load(str(pixels), 1, 0, str(tmp_path), True)
+    data.check_same_scale(train, data.load(str(pixels), 2, 0, str(tmp_path), True))
+    with pytest.raises(DataError) as info:
+        data.check_same_scale(train, data.load(str(floats), 2, 0, str(tmp_path), True))
+    assert str(info.value) == (
+        f"--eval-dataset {floats}: must be stored like --dataset {pixels} (uint8 pixels, or "
+        "not, on both: the model applies one input scale); got float32 and uint8"
+    )
+
+
+def _write_tfrecord(path: Path, n: int, bad: dict[str, list[float]] | None = None) -> None:
+    """``n`` 28x28x1 examples; the last one's features updated with ``bad`` when given."""
     with tf.io.TFRecordWriter(str(path)) as w:
         for i in range(n):
-            ex = tf.train.Example(
-                features=tf.train.Features(
-                    feature={
-                        "x": tf.train.Feature(float_list=tf.train.FloatList(value=[0.5] * 784)),
-                        "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10])),
-                    }
+            feature = {
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=[0.5] * 784)),
+                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10])),
+            }
+            for key, values in (bad or {}).items() if i == n - 1 else ():
+                floats = key == "x"
+                feature[key] = (
+                    tf.train.Feature(float_list=tf.train.FloatList(value=values))
+                    if floats
+                    else tf.train.Feature(int64_list=tf.train.Int64List(value=values))
                 )
-            )
+            ex = tf.train.Example(features=tf.train.Features(feature=feature))
             w.write(ex.SerializeToString())
+
+
+BAD_RECORDS = {
+    "x": ({"x": [0.5] * 5}, "feature 'x' has 5 values; 'x_shape' (default 28x28x1) needs 784"),
+    "x_shape": ({"x_shape": [28, 28]}, "feature 'x_shape' has 2 values; needs 3 (height, width, "
+                "channels) or none"),
+    "y": ({"y": []}, "feature 'y' has 0 values; needs 1 (the label)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("in_memory", [True, False], ids=["shard-in-memory", "streamed"])
+@pytest.mark.parametrize("feature", list(BAD_RECORDS))
+def test_a_malformed_record_names_its_file_and_feature(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, feature: str, in_memory: bool
+):
+    """The first file is fine (the start-up check passes); the second's last record is not.
+    A shard read into memory fails at start with a DataError (exit 4); a streamed one fails in
+    the training loop, where trainer.finish.classify reads the file back from the error."""
+    if not in_memory:
+        monkeypatch.setattr(data, "_CACHE_BYTES", 0)
+    bad, why = BAD_RECORDS[feature]
+    _write_tfrecord(tmp_path / "part-0.tfrecord", 4)
+    _write_tfrecord(tmp_path / "part-1.tfrecord", 4, bad)
+    source = data.load(str(tmp_path / "*.tfrecord"), 1, 0, str(tmp_path), True, count=False)
+    line = f"bad record in {tmp_path / 'part-1.tfrecord'}: {why}"
+    if in_memory:
+        source = replace(source, num_examples=8)  # as counted: the shard fits in memory
+        with pytest.raises(DataError) as info:
+            _stream(source, num_workers=1, batch_size=2, steps_per_epoch=4, epochs=1)
+        assert str(info.value) == f"--dataset {source.name}: {line}"
+    else:
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            _stream(source, num_workers=1, batch_size=2, steps_per_epoch=4, epochs=1)
+        assert records.bad_record(raised.value) == line
+
+
+def test_a_malformed_first_record_is_refused_at_load(tmp_path: Path):
+    _write_tfrecord(tmp_path / "one.tfrecord", 1, BAD_RECORDS["x"][0])
+    with pytest.raises(DataError) as info:
+        data.load(str(tmp_path / "one.tfrecord"), 1, 0, str(tmp_path), True)
+    assert str(info.value) == (
+        f"--dataset {tmp_path / 'one.tfrecord'}: bad record in {tmp_path / 'one.tfrecord'}: "
+        f"{BAD_RECORDS['x'][1]}"
+    )
 
 
 def test_tfrecords_file_sharded(tmp_path: Path):

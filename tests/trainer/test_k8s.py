@@ -12,7 +12,14 @@ import pytest
 
 from tests.trainer.fake_api import FakeApi, Seen
 from trainer import contract, k8s
-from trainer.errors import EXIT_API, EXIT_CONTRACT, ApiError, ApiUnreachableError, ContractError
+from trainer.errors import (
+    EXIT_API,
+    EXIT_CONTRACT,
+    ApiError,
+    ApiUnansweredError,
+    ApiUnreachableError,
+    ContractError,
+)
 
 STS = "/apis/apps/v1/namespaces/ml/statefulsets/tfd-worker"
 POD = "/api/v1/namespaces/ml/pods/tfd-worker-1"
@@ -110,27 +117,59 @@ def test_bad_statefulset_answers(
 
 
 @pytest.mark.parametrize(
-    ("status", "url", "retry"),
+    ("status", "url", "cut", "retry"),
     [
-        (503, None, True),
-        (500, None, True),
-        (429, None, True),
-        (403, None, False),
-        (404, None, False),
-        (200, "http://127.0.0.1:9", True),  # refused: nothing listens
-        (200, "http://tfd-no-such-host.invalid", True),  # no DNS answer
+        (503, None, False, True),
+        (500, None, False, True),
+        (429, None, False, True),
+        (403, None, False, False),
+        (404, None, False, False),
+        (200, "http://127.0.0.1:9", False, True),  # refused: nothing listens
+        (200, "http://tfd-no-such-host.invalid", False, True),  # no DNS answer
+        (200, None, True, True),  # http.client.IncompleteRead: no OSError
+        (503, None, True, True),  # the error's own body cut short
     ],
-    ids=["503", "500", "429", "403", "404", "refused", "dns"],
+    ids=["503", "500", "429", "403", "404", "refused", "dns", "cut-short", "503-cut-short"],
 )
 def test_which_statefulset_read_failures_are_worth_another_try(
-    api: FakeApi, tmp_path: Path, status: int, url: str | None, retry: bool
+    api: FakeApi, tmp_path: Path, status: int, url: str | None, cut: bool, retry: bool
 ):
     api.status["GET"] = status
+    if cut:
+        api.cut_short.add("GET")
     env = _env(api, tmp_path) | ({contract.ENV_API_URL: url} if url else {})
     with pytest.raises(ContractError) as info:
         k8s.statefulset_state(env, timeout_s=FAKE_TIMEOUT_S)
     assert isinstance(info.value, ApiUnreachableError) is retry, repr(info.value)
     assert info.value.exit_code == EXIT_CONTRACT
+    assert "\n" not in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("method", "call"),
+    [("PATCH", k8s.scale_to_zero), ("DELETE", k8s.delete_own_pod)],
+    ids=["scale", "delete"],
+)
+@pytest.mark.parametrize(
+    ("status", "cut", "retry"),
+    [(200, True, True), (503, False, True), (429, False, True), (403, False, False)],
+    ids=["cut-short", "503", "429", "403"],
+)
+def test_which_lifecycle_call_failures_are_worth_another_try(
+    api: FakeApi, tmp_path: Path, method: str, call: object, status: int, cut: bool, retry: bool
+):
+    """The lifecycle retries ApiUnansweredError; every failure is exit 7 and one line."""
+    api.status[method] = status
+    if cut:
+        api.cut_short.add(method)
+    with pytest.raises(ApiError) as info:
+        call(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S)  # type: ignore[operator]
+    assert isinstance(info.value, ApiUnansweredError) is retry, repr(info.value)
+    assert info.value.exit_code == EXIT_API
+    text = str(info.value)
+    assert text.startswith(f"{method} {api.url}/") and "\n" not in text, text
+    if cut:
+        assert "answer cut short or malformed: IncompleteRead(" in text, text
 
 
 def test_missing_update_revision_is_empty(api: FakeApi, tmp_path: Path, monkeypatch):

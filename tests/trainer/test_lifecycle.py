@@ -5,19 +5,31 @@ refused. Each waiting process is then stopped with SIGTERM, as the kubelet would
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.trainer.fake_api import FakeApi
-from trainer import contract, runs
-from trainer.errors import EXIT_API, EXIT_CONTRACT, EXIT_OK, EXIT_RESTART
+from tests.trainer.fake_api import FakeApi, Seen
+from trainer import contract, lifecycle, runs
+from trainer.errors import (
+    EXIT_API,
+    EXIT_CONTRACT,
+    EXIT_OK,
+    EXIT_RESTART,
+    ApiUnansweredError,
+    RestartRequested,
+)
 from trainer.local import parse_events, worker_envs
+from trainer.logs import Log
+from trainer.signals import StopSignal
 
 STS = "/apis/apps/v1/namespaces/local/statefulsets/tfd-worker"
 
@@ -47,10 +59,10 @@ def _start(env: dict[str, str], *flags: str) -> subprocess.Popen[str]:
     )
 
 
-def _until_api(api: FakeApi, method: str, timeout_s: float = 60) -> None:
+def _until_api(api: FakeApi, method: str, timeout_s: float = 60, count: int = 1) -> None:
     deadline = time.time() + timeout_s
-    while not api.calls(method):
-        assert time.time() < deadline, f"no {method} within {timeout_s}s: {api.seen}"
+    while len(api.calls(method)) < count:
+        assert time.time() < deadline, f"no {count} {method} within {timeout_s}s: {api.seen}"
         time.sleep(0.05)
 
 
@@ -285,25 +297,40 @@ def test_a_child_told_to_wait_serves_its_probes_meanwhile(
         assert not api.seen
 
 
+CUT = "cut"
+"""An answer of 200 whose body is cut short (``http.client.IncompleteRead`` in the trainer)."""
+
+
+def _answer_in_order(api: FakeApi, method: str, answers: list[int | str]) -> list[int | str]:
+    """The fake answers ``method`` with ``answers`` in order (the last one from then on): an
+    HTTP status, or :data:`CUT`. Returns the list of what was served, filled as it goes."""
+    served: list[int | str] = []
+
+    def in_order(seen: Seen) -> None:
+        if seen.method != method:
+            return
+        answer = answers[min(len(served), len(answers) - 1)]
+        api.status[method] = 200 if answer == CUT else int(answer)
+        (api.cut_short.add if answer == CUT else api.cut_short.discard)(method)
+        served.append(answer)
+
+    api.on_request = in_order
+    return served
+
+
 @pytest.mark.parametrize(
     ("answers", "code"),
     [
         ([503, 503, 200], EXIT_OK),  # the API comes back: the worker goes on (here: surplus)
+        ([CUT, CUT, 200], EXIT_OK),  # answers cut short on the wire, as a 503
         ([403], EXIT_CONTRACT),  # a refusal is not worth another try
     ],
-    ids=["503-503-answer", "403-at-once"],
+    ids=["503-503-answer", "cut-cut-answer", "403-at-once"],
 )
 def test_start_up_read_of_the_world_size_tries_again_while_the_api_is_away(
-    api: FakeApi, tmp_path: Path, answers: list[int], code: int
+    api: FakeApi, tmp_path: Path, answers: list[int | str], code: int
 ):
-    """The fake answers the GETs with ``answers`` in order (the last one from then on)."""
-    served: list[int] = []
-
-    def in_order(seen: object) -> None:
-        api.status["GET"] = answers[min(len(served), len(answers) - 1)]
-        served.append(api.status["GET"])
-
-    api.on_request = in_order
+    served = _answer_in_order(api, "GET", answers)
     env = worker_envs(2, str(tmp_path / "run-1"))[1] | api.env(tmp_path / "token")
     env[contract.ENV_REPLICAS_SOURCE] = "api"
     proc = _start(env)
@@ -318,18 +345,77 @@ def test_start_up_read_of_the_world_size_tries_again_while_the_api_is_away(
         out, err = proc.communicate(timeout=60)
         returncode = proc.returncode
     assert returncode == code, err[-1000:]
-    # As answered: [503, 503, 200] and [403]. A request the trainer gave up on (its 5 s timeout,
-    # on a stalled machine) still takes its answer here and adds a retry, hence the prefix rule.
+    # As answered. A request the trainer gave up on (its 5 s timeout, on a stalled machine)
+    # still takes its answer here and adds a retry, hence the prefix rule.
     assert served[: len(answers) - 1] == answers[:-1] and served[-1] == answers[-1], served
     logged = parse_events([*lines, *out.splitlines()], "warning")
     assert len(logged) == len(served) - 1, lines
     for n, event in enumerate(logged):
         prefix = f"StatefulSet read at start failed; next try in {2**n} s: GET {api.url}{STS}: "
         assert event["message"].startswith(prefix), event
-        assert "HTTP 503" in event["message"] or "timed out" in event["message"], event
+        assert any(why in event["message"] for why in ("HTTP 503", "cut short", "timed out")), event
     if code != EXIT_OK:
         last = err.strip().splitlines()[-1]
         assert last.startswith(f"trainer: error: GET {api.url}{STS}: HTTP 403"), err
+
+
+def test_scale_to_zero_tries_again_without_an_answer(api: FakeApi, tmp_path: Path):
+    """An answer cut short and a 503 are tried again (1 s, 2 s) before the scale succeeds."""
+    served = _answer_in_order(api, "PATCH", [CUT, 503, 200])
+    proc = _start(_finished_worker(api, tmp_path), "--on-done", "scale-to-zero")
+    _until_api(api, "PATCH", count=3)
+    code, out, err = _terminate(proc)
+    assert code == EXIT_OK, err[-1000:]
+    assert served == [CUT, 503, 200], served
+    events = parse_events(out.splitlines())
+    assert [e["event"] for e in events] == ["done", "warning", "warning", "scaled_to_zero", "idle"]
+    first, second = (e["message"] for e in events[1:3])
+    prefix = f"scale to zero failed; next try in 1 s: PATCH {api.url}{STS}/scale: "
+    assert first.startswith(prefix + "answer cut short"), first
+    assert second.startswith("scale to zero failed; next try in 2 s: PATCH "), second
+    assert "HTTP 503" in second, second
+
+
+def test_deleting_its_own_pod_tries_again_without_an_answer(api: FakeApi, tmp_path: Path):
+    api.update_revision = "rev-b"
+    served = _answer_in_order(api, "DELETE", [CUT, 200])
+    env = worker_envs(1, str(tmp_path / "run-1"))[0] | api.env(tmp_path / "token")
+    env[contract.ENV_POD_REVISION] = "rev-a"
+    proc = _start(env)
+    _until_api(api, "DELETE", count=2)
+    code, out, err = _terminate(proc)
+    assert code == EXIT_RESTART, err[-1000:]
+    assert served == [CUT, 200], served
+    events = parse_events(out.splitlines())
+    assert [e["event"] for e in events] == ["rollout", "warning", "pod_deleted"], out
+    assert events[1]["message"].startswith("deletion of this pod failed; next try in 1 s: DELETE ")
+
+
+@pytest.mark.parametrize("sigterm", [False, True], ids=["gives-up", "sigterm"])
+def test_retries_end_after_the_budget_or_at_sigterm(sigterm: bool):
+    """Out of tries, the last error (exit 7 here); SIGTERM while waiting: exit 76 at once."""
+    calls: list[float] = []
+    stop = StopSignal()
+
+    def unanswered() -> None:
+        calls.append(time.monotonic())
+        if sigterm:
+            threading.Timer(0.2, stop.request, args=("SIGTERM",)).start()
+        raise ApiUnansweredError("PATCH http://api/scale: HTTP 503 Service Unavailable")
+
+    stream = io.StringIO()
+    expected = RestartRequested if sigterm else ApiUnansweredError
+    with pytest.raises(expected) as info:
+        lifecycle._retrying(unanswered, "scale to zero", ApiUnansweredError, stop, Log(0, stream),
+                            budget_s=3.5)  # fmt: skip
+    # Tries at 0, 1 and 3 s; the next pause (4 s) would pass the budget.
+    assert len(calls) == (1 if sigterm else 3), calls
+    assert info.value.exit_code == (EXIT_RESTART if sigterm else EXIT_API)
+    if sigterm:
+        assert calls[0] > time.monotonic() - 0.9, "waited the whole pause despite SIGTERM"
+        assert str(info.value).startswith("stopped (SIGTERM) while the scale to zero was failing")
+    warnings = [json.loads(line)["message"] for line in stream.getvalue().splitlines()]
+    assert len(warnings) == len(calls) - (0 if sigterm else 1), warnings
 
 
 def test_failed_read_at_start_is_a_warning_without_replicas_from_the_api(

@@ -65,6 +65,8 @@ def test_worker_envs_follow_the_contract(tmp_path: Path):
         (errors.CheckpointError, True),
         (errors.ModelError, True),
         (errors.ApiError, True),  # RBAC or the API: a restart cannot fix it
+        (errors.RunConflictError, True),  # another run's manifest or a live chief's lease
+        (errors.DivergedError, True),  # it would diverge again from the same checkpoint
         (errors.PeerLostError, False),
         (errors.NotAdmittedError, False),  # the others stop for the new size: try again
         (errors.RestartRequested, False),
@@ -86,6 +88,8 @@ def test_every_trainer_error_is_classified():
         errors.CheckpointError,
         errors.ModelError,
         errors.ApiError,
+        errors.RunConflictError,
+        errors.DivergedError,
         errors.PeerLostError,
         errors.NotAdmittedError,
         errors.RestartRequested,

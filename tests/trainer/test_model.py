@@ -87,3 +87,29 @@ def test_output_width(spec: str, data_classes: int, width: int):
 def test_unknown_classes_need_the_flag():
     with pytest.raises(ModelError, match=r"number of classes is unknown.*set --num-classes"):
         model.build("", (28, 28, 1), 0)
+
+
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+def test_input_scale_is_the_saved_models_first_layer(tmp_path: Path, precision: str):
+    """Pixels (scale 1/255) get a Rescaling layer in front: the saved model on raw 0-255 rows
+    computes what the trained one did on the scaled rows. Scale 1 adds nothing."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+
+    net = model.build("", (8, 8, 1), 4)
+    assert model.with_input_scale(net, 1.0, (8, 8, 1)) is net
+    tf_keras.mixed_precision.set_global_policy(precision)
+    try:
+        scaled = model.with_input_scale(model.build("", (8, 8, 1), 4), 1 / 255, (8, 8, 1))
+    finally:
+        tf_keras.mixed_precision.set_global_policy("float32")
+    first = scaled.layers[0]
+    assert isinstance(first, tf_keras.layers.Rescaling) and first.dtype == "float32", first
+    assert scaled.trainable_weights == scaled.layers[1].trainable_weights, "extra weights"
+    raw = np.random.default_rng(0).integers(0, 256, (5, 8, 8, 1)).astype("float32")
+    path = str(tmp_path / "model.keras")
+    scaled.save(path)
+    loaded = tf_keras.models.load_model(path)
+    expected = scaled.layers[1](tf.constant(raw / 255)).numpy()
+    np.testing.assert_allclose(loaded(tf.constant(raw)).numpy(), expected, rtol=1e-2, atol=1e-2)

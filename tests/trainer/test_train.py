@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer import checkpoints, contract, finish, signals, train
+from tests.trainer.messages import PEER_LOST, PEER_LOST_LINE
+from trainer import checkpoints, contract, errors, finish, signals, train
 from trainer.cli import Config
 from trainer.local import worker_envs
 from trainer.logs import Log
@@ -156,28 +157,103 @@ def test_resize_keeps_optimizer_step_and_learning_rate(
     assert resume[0]["learning_rate"] == pytest.approx(lr), resume
 
 
+BAD_RECORD = (
+    "{{function_node __wrapped__IteratorGetNext_output_types_2_device_/job:localhost/replica:0/"
+    "task:0/device:CPU:0}} assertion failed: [tfd-bad-record] [/data/part-1.tfrecord] [x] [5] "
+    "[784]\n\t [[{{node Assert_2/Assert}}]] [Op:IteratorGetNext] name: "
+)
+
+
 def _tf_errors() -> dict[str, object]:
     import tensorflow as tf
 
     return {
         "out-of-range": tf.errors.OutOfRangeError(None, None, "End of sequence"),
-        "unavailable": tf.errors.UnavailableError(None, None, "stopped sending heartbeats"),
+        "unavailable": tf.errors.UnavailableError(None, None, PEER_LOST),
         "invalid": tf.errors.InvalidArgumentError(None, None, "label 12 >= 10"),
+        "bad-record": tf.errors.InvalidArgumentError(None, None, BAD_RECORD),
     }
 
 
 @pytest.mark.parametrize(
-    ("name", "workers", "expected"),
+    ("name", "workers", "expected", "line"),
     [
-        ("out-of-range", 1, "DataError"),  # not a restart: it would only run out again
-        ("out-of-range", 2, "DataError"),
-        ("unavailable", 2, "PeerLostError"),
-        ("invalid", 1, "DataError"),
+        # Not a restart: it would only run out again.
+        ("out-of-range", 1, "DataError", "training data ran out before the last step: End of "
+         "sequence"),
+        ("out-of-range", 2, "DataError", "training data ran out before the last step: End of "
+         "sequence"),
+        # The lost task and why, not TensorFlow's "Graph execution error:" header.
+        ("unavailable", 2, "PeerLostError", f"a peer is gone or a collective timed out: "
+         f"{PEER_LOST_LINE}"),
+        ("invalid", 1, "DataError", "training data: label 12 >= 10"),
+        ("bad-record", 2, "DataError", "bad record in /data/part-1.tfrecord: feature 'x' has 5 "
+         "values; 'x_shape' (default 28x28x1) needs 784"),
     ],
-)
-def test_classify(name: str, workers: int, expected: str):
+)  # fmt: skip
+def test_classify(name: str, workers: int, expected: str, line: str):
     got = finish.classify(_tf_errors()[name], workers)
     assert type(got).__name__ == expected, f"{name} with {workers} workers -> {got!r}"
+    assert str(got) == line, f"{name}: {got}"
+
+
+class _Calls:
+    """A training call's stand-in: ``(loss sum, hits, count, non-finite weights, stop votes,
+    rollout votes)`` per call; call ``bad_at`` (1-based) has a NaN loss or, with
+    ``weights_only``, a finite loss but NaN weights (a ReLU hides them from the loss)."""
+
+    def __init__(self, bad_at: int, weights_only: bool, stop_at_bad: bool) -> None:
+        self.n, self.bad_at, self.weights_only, self.stop_at_bad = (
+            0,
+            bad_at,
+            weights_only,
+            stop_at_bad,
+        )
+
+    def __call__(self, steps: object, flags: object) -> object:
+        import tensorflow as tf
+
+        self.n += 1
+        bad = self.n == self.bad_at
+        loss = float("nan") if bad and not self.weights_only else 256.0
+        broken = 3.0 if bad and self.weights_only else 0.0
+        stop = 1.0 if bad and self.stop_at_bad else 0.0
+        return tf.constant([loss, 64.0, 128.0, broken, stop, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("bad_at", "weights_only", "stop_at_bad", "latest", "why"),
+    [
+        (2, False, False, 2, "loss nan"),  # steps 3-4: the save at step 4 must not happen
+        (2, False, True, 2, "loss nan"),  # nor the one a SIGTERM in that call asks for
+        (3, False, False, 4, "loss nan"),  # the last call: no final save
+        (2, True, False, 2, "loss 2, weights not finite"),
+    ],
+    ids=["at-a-checkpoint", "with-sigterm", "last-call", "nan-weights-finite-loss"],
+)
+def test_non_finite_training_stops_before_any_save(
+    tmp_path: Path, bad_at: int, weights_only: bool, stop_at_bad: bool, latest: int, why: str
+):
+    import tensorflow as tf
+
+    config = Config(checkpoint_every=2, steps_per_call=2, epochs=1)
+    worker, log = _worker(tmp_path, config)
+    step_var = tf.Variable(0, dtype=tf.int64)
+    manager, _ = checkpoints.manager(tf.train.Checkpoint(step=step_var), str(tmp_path), True, 0)
+    calls = _Calls(bad_at, weights_only, stop_at_bad)
+    with pytest.raises(errors.DivergedError) as info:
+        worker._loop(calls, manager, "", step_var, tf.Variable([0.0, 0.0]), 0, 6, 6, 64)
+    assert info.value.exit_code == errors.EXIT_DIVERGED == 8
+    first = 2 * bad_at - 1
+    assert str(info.value) == (
+        f"training diverged in steps {first}-{first + 1}: {why}; nothing saved after step "
+        f"{first - 1}; lower --learning-rate or look for NaN/Inf in the data"
+    )
+    directory = tmp_path / checkpoints.CHECKPOINTS_SUBDIR
+    state = tf.train.get_checkpoint_state(str(directory))
+    assert state.model_checkpoint_path == str(directory / f"ckpt-{latest}"), state
+    saved = sorted(p.name for p in directory.glob("ckpt-*.index"))
+    assert saved == [f"ckpt-{s}.index" for s in range(2, latest + 1, 2)], saved
 
 
 def test_importing_the_trainer_does_not_load_tensorflow():

@@ -3,11 +3,14 @@ applies it."""
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
+from pathlib import Path
 
 import pytest
 
+from tests.trainer.fake_api import FakeApi
 from trainer import contract, k8s
 from trainer.errors import ContractError
 from trainer.logs import Log
@@ -80,3 +83,46 @@ def test_watch_thread_survives_a_failed_read_then_stops_at_a_rollout():
     assert messages[0] == "StatefulSet check failed: GET http://x: HTTP 500", messages
     assert messages[1].startswith("rollout: StatefulSet revision rev-b, this pod rev-a"), messages
     assert reads == []
+
+
+def test_watch_thread_survives_any_error():
+    """A truncated answer (http.client.IncompleteRead, no OSError) or any other surprise is a
+    warning naming it; the next poll still sees the rollout."""
+    reads = [
+        http.client.IncompleteRead(b"{", 10),
+        RuntimeError("boom"),
+        k8s.StatefulSetState(2, "rev-b"),
+    ]
+    watch, stream = _watch("api", "rev-a", reads)
+    watch.start()
+    assert watch.rollout.wait(10), stream.getvalue()
+    messages = [json.loads(x)["message"] for x in stream.getvalue().splitlines()]
+    assert messages[:2] == [
+        "StatefulSet check failed: IncompleteRead(1 bytes read, 10 more expected)",
+        "StatefulSet check failed: RuntimeError('boom')",
+    ], messages
+    assert reads == []
+
+
+def test_watch_thread_survives_a_truncated_api_answer(api: FakeApi, tmp_path: Path):
+    """Against the fake API: the first answer is cut short, the watch goes on and sees the
+    rollout in the next one."""
+    api.update_revision = "rev-b"
+    api.cut_short.add("GET")
+
+    def answer_in_full_from_now_on(seen: object) -> None:
+        if len(api.seen) >= 1:
+            api.cut_short.discard("GET")
+
+    api.on_request = answer_in_full_from_now_on
+    env = api.env(tmp_path / "token") | {
+        contract.ENV_NAMESPACE: "ml",
+        contract.ENV_STATEFULSET: "tfd-worker",
+        contract.ENV_POD_REVISION: "rev-a",
+    }
+    stream = io.StringIO()
+    watch = StatefulSetWatch(env, 1, 0.01, Log(0, stream)).start()
+    assert watch.rollout.wait(30), stream.getvalue()
+    first = json.loads(stream.getvalue().splitlines()[0])["message"]
+    assert first.startswith("StatefulSet check failed: GET ") and "cut short" in first, first
+    assert len(api.calls("GET")) >= 2

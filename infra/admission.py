@@ -1,0 +1,151 @@
+"""The workers may scale their StatefulSet to zero, and to nothing else.
+
+The trainer's only write on its StatefulSet is ``onDone: scale-to-zero`` (``patch`` on
+``statefulsets/scale``, :data:`trainer.contract.API_CALLS`); RBAC cannot restrict the value
+of a patch, so a stolen worker token could otherwise set any replica count. A
+``ValidatingAdmissionPolicy`` (``admissionregistration.k8s.io/v1``, GA in Kubernetes 1.30) and
+its binding deny every other ``spec.replicas`` from the workers' ServiceAccount:
+
+* the policy matches ``UPDATE`` (a ``PATCH`` is an ``UPDATE`` to admission) of every
+  StatefulSet resource the Role lets the workers write (:func:`guarded_resources`, derived from
+  the Role's rules), only for requests whose user is
+  ``system:serviceaccount:<namespace>:<serviceaccount>``;
+* it allows a request whose object (a ``Scale`` for the subresource) has ``spec.replicas`` 0 or
+  none (``Scale`` omits a zero);
+* the binding (``validationActions: [Deny]``) applies it in the training namespace only.
+
+Both objects are cluster-scoped: their name carries the namespace and the StatefulSet
+(:func:`policy_name`), so two stacks never share or overwrite one. The HPA, the deployer and
+anyone else are not matched and scale as before.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from infra.component import Component
+from infra.config import StackConfig
+from infra.labels import kwargs, metadata
+from infra.network import NAMESPACE_NAME_LABEL
+
+COMPONENT_TYPE = "tfd:infra:WorkerScaleGuard"
+API_GROUP = "apps"
+WRITE_VERBS = frozenset({"create", "update", "patch"})
+ALLOWED_REPLICAS = 0
+REPLICAS_ALLOWED = (
+    f"!has(object.spec) || !has(object.spec.replicas) || object.spec.replicas == {ALLOWED_REPLICAS}"
+)
+"""CEL over the admitted object: a ``Scale`` with replicas 0 is serialized without the field."""
+
+
+def service_account_user(cfg: StackConfig) -> str:
+    """The API server's user name of the workers' ServiceAccount tokens."""
+    return f"system:serviceaccount:{cfg.namespace}:{cfg.service_account_name}"
+
+
+def policy_name(cfg: StackConfig) -> str:
+    """Cluster-wide unique per stack: namespace (no dots in a label) and StatefulSet name."""
+    return policy_name_for(cfg.namespace, cfg.statefulset_name)
+
+
+def policy_name_for(namespace: str, statefulset: str) -> str:
+    """The policy's (and binding's) name for a StatefulSet in a namespace."""
+    return f"{namespace}.{statefulset}.scale-to-zero"
+
+
+def guarded_resources(rules: list[dict]) -> list[str]:
+    """The ``apps`` StatefulSet resources (``statefulsets``, ``statefulsets/scale``) that
+    ``rules`` (a Role's) let their subject write: the ones the policy must guard."""
+    out: list[str] = []
+    for rule in rules:
+        if API_GROUP not in rule["apiGroups"] or not WRITE_VERBS & set(rule["verbs"]):
+            continue
+        out += [r for r in rule["resources"] if r.split("/")[0] == "statefulsets" and r not in out]
+    return out
+
+
+def denial_message(cfg: StackConfig) -> str:
+    return (
+        f"the workers' ServiceAccount {cfg.service_account_name} may only scale StatefulSet "
+        f"{cfg.namespace}/{cfg.statefulset_name} to {ALLOWED_REPLICAS} replicas (onDone: "
+        "scale-to-zero); other replica counts come from the stack's replicas or its HPA"
+    )
+
+
+def policy_manifest(cfg: StackConfig, role_rules: list[dict]) -> dict:
+    """The ``ValidatingAdmissionPolicy`` (``metadata`` + ``spec``) for the Role ``role_rules``."""
+    message = denial_message(cfg)
+    return {
+        "metadata": metadata(cfg, policy_name(cfg), "worker", namespaced=False),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [API_GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["UPDATE"],
+                        "resources": guarded_resources(role_rules),
+                    }
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "workers-service-account",
+                    "expression": f"request.userInfo.username == '{service_account_user(cfg)}'",
+                }
+            ],
+            "validations": [
+                {
+                    "expression": REPLICAS_ALLOWED,
+                    "message": message,
+                    # A CEL string literal: JSON's double-quoted form (the message has quotes).
+                    "messageExpression": f"{json.dumps(message + '; got ')} + "
+                    "string(object.spec.replicas)",
+                    "reason": "Forbidden",
+                }
+            ],
+        },
+    }
+
+
+def binding_manifest(cfg: StackConfig) -> dict:
+    """The binding: the policy, denying, in the training namespace only."""
+    return {
+        "metadata": metadata(cfg, policy_name(cfg), "worker", namespaced=False),
+        "spec": {
+            "policyName": policy_name(cfg),
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: cfg.namespace}}
+            },
+        },
+    }
+
+
+@dataclass(frozen=True)
+class WorkerScaleGuardArgs:
+    """The config and the workers' Role rules (the writes to guard)."""
+
+    cfg: StackConfig
+    role_rules: list[dict]
+
+
+class WorkerScaleGuard(Component):
+    """The ValidatingAdmissionPolicy and its binding (both cluster-scoped)."""
+
+    def __init__(
+        self, name: str, args: WorkerScaleGuardArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(COMPONENT_TYPE, name, opts)
+        policy = kubernetes.admissionregistration.v1.ValidatingAdmissionPolicy(
+            name, **kwargs(policy_manifest(args.cfg, args.role_rules)), opts=self.child_opts()
+        )
+        kubernetes.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            name, **kwargs(binding_manifest(args.cfg)), opts=self.child_opts(depends_on=[policy])
+        )
+        self.register_outputs({"policy": policy.metadata.apply(lambda m: m.name)})

@@ -1,0 +1,61 @@
+"""HTTPS egress: every configured CIDR minus the in-cluster, private and metadata ranges in it."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from infra.network import EXCEPTED_RANGES, excepted_ranges
+from infra.render import render_stack
+
+P = "tf-distributed:"
+IPV4_EXCEPTS = ["169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"]
+
+
+def _https_blocks(overrides):
+    result = render_stack("prod", overrides)
+    (policy,) = [
+        p for p in result.by_kind("NetworkPolicy") if p["metadata"]["name"] == "tfd-https-egress"
+    ]
+    (rule,) = policy["spec"]["egress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 443}]
+    return [peer["ipBlock"] for peer in rule["to"]]
+
+
+@pytest.mark.parametrize(
+    ("cidrs", "blocks"),
+    [
+        # The prod example's "anywhere on 443": the internet, not the metadata server or pods.
+        (["0.0.0.0/0"], [{"cidr": "0.0.0.0/0", "except": IPV4_EXCEPTS}]),
+        (["::/0"], [{"cidr": "::/0", "except": ["fe80::/10", "fc00::/7"]}]),
+        # An explicit private range is wanted as written (an internal mirror).
+        (
+            ["0.0.0.0/0", "10.20.0.0/16"],
+            [{"cidr": "0.0.0.0/0", "except": IPV4_EXCEPTS}, {"cidr": "10.20.0.0/16"}],
+        ),
+        (["10.0.0.0/8"], [{"cidr": "10.0.0.0/8"}]),
+        (["169.254.0.0/15"], [{"cidr": "169.254.0.0/15", "except": ["169.254.0.0/16"]}]),
+        (["142.250.0.0/15"], [{"cidr": "142.250.0.0/15"}]),
+    ],
+)
+def test_https_egress_excepts_private_and_metadata_ranges(cidrs, blocks):
+    assert _https_blocks({P + "egressHttpsCidrs": cidrs}) == blocks, cidrs
+
+
+def test_the_metadata_server_is_never_reachable_on_443_through_a_wide_range():
+    metadata = ipaddress.ip_address("169.254.169.254")
+    for block in _https_blocks({}):
+        if metadata in ipaddress.ip_network(block["cidr"]):
+            assert any(metadata in ipaddress.ip_network(e) for e in block["except"]), block
+
+
+def test_excepts_are_strict_subsets_of_the_same_ip_version():
+    # The API server refuses an except that is not strictly inside its cidr.
+    for cidr in ("0.0.0.0/0", "::/0", "10.0.0.0/7", "192.168.0.0/16"):
+        network = ipaddress.ip_network(cidr)
+        for text in excepted_ranges(cidr):
+            excepted = ipaddress.ip_network(text)
+            assert excepted.version == network.version and excepted != network, (cidr, text)
+            assert excepted.subnet_of(network), (cidr, text)
+    assert set(excepted_ranges("0.0.0.0/0")) | set(excepted_ranges("::/0")) == set(EXCEPTED_RANGES)

@@ -1,0 +1,58 @@
+"""``summary.json`` is strict JSON whatever the figures: a diverged run's NaN loss included."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer import finish
+from trainer.errors import EXIT_OK
+from trainer.local import worker_envs
+
+
+def _strict(text: str) -> dict:
+    """Parse as a strict JSON reader does: Python's own parser accepts NaN and Infinity."""
+
+    def refuse(token: str) -> None:
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_figures_are_written_as_null(bad: float):
+    summary = {"run_id": "r1", "final_step": 8, "loss": bad, "accuracy": 0.25, "eval_loss": None}
+    text = finish.summary_text(summary)
+    assert text.endswith("}\n") and text.count("\n") == 1, text
+    assert _strict(text) == {**summary, "loss": None}, text
+
+
+NAN_LOSS = """
+import tensorflow as tf
+
+
+def loss(labels, logits):  # cross-entropy times NaN: the gradients, weights and loss go NaN
+    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.cast(labels, tf.int32), logits)
+    return per_example * float("nan")
+"""
+
+
+@pytest.mark.slow
+def test_a_diverged_run_writes_a_readable_summary(tmp_path: Path):
+    (tmp_path / "nan_loss.py").write_text(NAN_LOSS)
+    env = worker_envs(1, str(tmp_path / "run"))[0]
+    env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "--loss", "nan_loss:loss", "--epochs", "1",
+         "--synthetic-examples", "256", "--batch-size", "32", "--on-done", "exit",
+         "--intra-op-threads", "1", "--log-every", "60"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == EXIT_OK, proc.stderr[-2000:]
+    summary = _strict((tmp_path / "run" / "summary.json").read_text())
+    assert summary["loss"] is None and summary["final_step"] == 256 // 32, summary

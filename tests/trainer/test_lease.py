@@ -1,0 +1,167 @@
+"""The chief's lease (``trainer/lease.py``): who may take it, renewal, loss and release, on a
+local directory (the same code path as the shared claim; no TensorFlow)."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer import contract, lease
+from trainer.errors import EXIT_RUN_CONFLICT, RunConflictError
+from trainer.lease import LEASE_FILE, Lease, LeaseRecord
+from trainer.logs import Log
+
+ME = "ml/tfd-worker-0@node-a"
+OTHER = "ml/tfd-worker-0@node-b"
+NOW = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _lease(root: Path, holder: str = ME, clock: Clock | None = None, **kwargs) -> Lease:
+    kwargs.setdefault("settle_seconds", 0.0)
+    kwargs.setdefault("renew_seconds", 3600.0)  # no renewal thread activity unless asked for
+    return Lease(str(root), holder, Log(0, io.StringIO()), clock=clock or Clock(), **kwargs)
+
+
+def _put(root: Path, holder: str, expires_at: float) -> bytes:
+    text = LeaseRecord(holder, expires_at, expires_at - lease.TTL_SECONDS).to_text()
+    (root / LEASE_FILE).write_text(text)
+    return text.encode()
+
+
+def _events(held: Lease) -> list[dict]:
+    return [json.loads(line) for line in held.log.stream.getvalue().splitlines()]
+
+
+def test_expiry_is_three_renewal_periods():
+    assert lease.TTL_SECONDS == 3 * lease.RENEW_SECONDS, "expiry must outlast two failed renewals"
+    assert EXIT_RUN_CONFLICT == RunConflictError.exit_code == 9
+
+
+@pytest.mark.parametrize(
+    ("existing", "taken"),
+    [
+        (None, True),  # no lease: a new run
+        ((OTHER, NOW + 20), False),  # another live chief
+        ((OTHER, NOW - 0.001), True),  # another chief's lease has expired
+        ((ME, NOW + 20), True),  # this chief's own lease: an in-place restart or recreated pod
+        ((ME, NOW - 100), True),
+    ],
+)
+def test_who_may_take_the_lease(tmp_path: Path, existing, taken):
+    before = _put(tmp_path, *existing) if existing else None
+    held = _lease(tmp_path)
+    if not taken:
+        with pytest.raises(RunConflictError) as caught:
+            held.acquire()
+        message = str(caught.value)
+        assert "\n" not in message, message
+        assert OTHER in message and "expires at 2027-01-15T08:00:20Z (in 20 s" in message, message
+        assert (tmp_path / LEASE_FILE).read_bytes() == before, "a refused chief wrote the lease"
+        assert sorted(p.name for p in tmp_path.iterdir()) == [LEASE_FILE], "a refused chief wrote"
+        return
+    held.acquire()
+    try:
+        record = held.read()
+        assert record == LeaseRecord(ME, NOW + lease.TTL_SECONDS, NOW), record
+        (event,) = [e for e in _events(held) if e["event"] == "lease"]
+        if existing:
+            assert event["previous_holder"] == existing[0], event
+            assert event["previous_expired"] is (existing[1] <= NOW), event
+    finally:
+        held.release()
+    assert not (tmp_path / LEASE_FILE).exists(), "release left the lease behind"
+
+
+def test_the_same_holder_takes_its_lease_back_at_once(tmp_path: Path):
+    _put(tmp_path, ME, NOW + 25)
+    held = _lease(tmp_path, settle_seconds=30.0)  # the settle wait is only for a free lease
+    t0 = time.monotonic()
+    held.acquire()
+    held.release()
+    assert time.monotonic() - t0 < 5.0, "an own lease waited"
+
+
+def test_two_chiefs_taking_a_free_lease_at_once_the_last_writer_wins(tmp_path: Path):
+    """Both found the lease free; the other chief's write lands while this one settles."""
+    first = _lease(tmp_path, settle_seconds=1.0)
+    outcome: list[BaseException] = []
+
+    def take() -> None:
+        try:
+            first.acquire()
+        except RunConflictError as err:
+            outcome.append(err)
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not (tmp_path / LEASE_FILE).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert first.read().holder == ME, "the first chief did not write its lease"
+    _put(tmp_path, OTHER, NOW + 30)  # the second chief's write, later than the first's
+    thread.join(timeout=10)
+    assert len(outcome) == 1 and OTHER in str(outcome[0]), f"the first chief went on: {outcome}"
+    assert first.read().holder == OTHER, "the refused chief overwrote the winner"
+
+
+def test_renewal_rewrites_the_lease_and_a_thread_keeps_it_alive(tmp_path: Path):
+    clock = Clock()
+    held = _lease(tmp_path, clock=clock, renew_seconds=0.05)
+    held.acquire()
+    try:
+        clock.now = NOW + 7
+        deadline = time.monotonic() + 10
+        while held.read().renewed_at != NOW + 7 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert held.read() == LeaseRecord(ME, NOW + 7 + lease.TTL_SECONDS, NOW + 7)
+    finally:
+        held.release()
+    assert not (tmp_path / LEASE_FILE).exists()
+
+
+def test_a_holder_that_lost_its_lease_stops_without_writing(tmp_path: Path):
+    lost: list[str] = []
+    held = _lease(tmp_path, on_lost=lost.append)
+    held.acquire()
+    taken = _put(tmp_path, OTHER, NOW + 30)  # it could not renew; another chief took over
+    assert held.renew() is False
+    (message,) = lost
+    assert OTHER in message and "lease lost" in message and "\n" not in message, message
+    assert (tmp_path / LEASE_FILE).read_bytes() == taken, "the old holder wrote again"
+    with pytest.raises(RunConflictError, match="no longer held by this chief"):
+        held.verify()
+    held.release()
+    assert (tmp_path / LEASE_FILE).read_bytes() == taken, "release deleted another's lease"
+
+
+def test_a_garbage_lease_is_refused_with_one_line(tmp_path: Path):
+    (tmp_path / LEASE_FILE).write_text("not json")
+    with pytest.raises(RunConflictError) as caught:
+        _lease(tmp_path).acquire()
+    assert str(caught.value).startswith(f"{tmp_path / LEASE_FILE}: must be a JSON lease")
+
+
+@pytest.mark.parametrize(
+    ("env", "who"),
+    [
+        ({contract.ENV_NAMESPACE: "ml", contract.ENV_POD_NAME: "tfd-worker-0"}, "ml/tfd-worker-0"),
+        ({contract.ENV_POD_NAME: "tfd-worker-0"}, "tfd-worker-0"),
+    ],
+)
+def test_holder_identity_is_stable_across_restarts_of_one_pod(monkeypatch, env, who):
+    monkeypatch.setattr(lease.socket, "gethostname", lambda: "node-a")
+    assert lease.holder_identity(env) == f"{who}@node-a"
+    assert lease.holder_identity(dict(env)) == lease.holder_identity(env)

@@ -1,0 +1,92 @@
+"""The wait for the peers before the cluster forms: bounded (exit 75), SIGTERM honoured at once
+(exit 76), and the chief, the coordination service's leader, waits until each other worker
+listens. No TensorFlow: this wait runs in Python, before TensorFlow's own."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from trainer import contract, placement
+from trainer.errors import EXIT_PEER_LOST, EXIT_RESTART, PeerLostError, RestartRequested
+from trainer.logs import Log
+from trainer.signals import StopSignal
+
+UNRESOLVABLE = "tfd-no-such-peer.invalid:2222"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(spec: contract.ClusterSpec, stop: StopSignal, timeout_s: float) -> list[str]:
+    stream = io.StringIO()
+    try:
+        placement.await_peers(spec, stop, Log(spec.task_index, stream), timeout_s)
+    finally:
+        messages = [json.loads(line)["message"] for line in stream.getvalue().splitlines()]
+    return messages
+
+
+@pytest.mark.parametrize("task_index", [0, 1], ids=["chief", "worker"])
+def test_an_unresolvable_peer_ends_the_wait_with_exit_75(task_index: int):
+    workers = ("127.0.0.1:1", UNRESOLVABLE) if task_index == 0 else (UNRESOLVABLE, "127.0.0.1:1")
+    spec = contract.ClusterSpec(task_index, workers)
+    started = time.monotonic()
+    with pytest.raises(PeerLostError) as info:
+        _wait(spec, StopSignal(), timeout_s=2)
+    assert 2 <= time.monotonic() - started < 10
+    assert info.value.exit_code == EXIT_PEER_LOST
+    assert str(info.value).startswith(
+        f"cannot form the cluster within 2 s: {UNRESOLVABLE} does not resolve ("
+    ), str(info.value)
+
+
+def test_sigterm_while_waiting_is_exit_76_at_once():
+    stop = StopSignal()
+    spec = contract.ClusterSpec(0, ("127.0.0.1:1", UNRESOLVABLE))
+    threading.Timer(0.5, stop.request, args=("SIGTERM",)).start()
+    started = time.monotonic()
+    with pytest.raises(RestartRequested) as info:
+        _wait(spec, stop, timeout_s=60)
+    assert time.monotonic() - started < 3, "SIGTERM waited for the timeout"
+    assert info.value.exit_code == EXIT_RESTART
+    assert str(info.value).startswith(
+        f"stopped (SIGTERM) while the cluster was forming: {UNRESOLVABLE} does not resolve"
+    )
+
+
+def test_the_chief_waits_until_each_worker_listens():
+    """Worker 1's port opens after 1.5 s (it starts forming): the chief goes on then, with one
+    warning; a worker waits only for names, since the chief opens its port last."""
+    port = _free_port()
+    peer = f"127.0.0.1:{port}"
+    assert _wait(contract.ClusterSpec(1, (peer, "127.0.0.1:1")), StopSignal(), 5) == []
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen() -> None:
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+    timer = threading.Timer(1.5, listen)
+    timer.start()
+    try:
+        started = time.monotonic()
+        messages = _wait(contract.ClusterSpec(0, ("127.0.0.1:1", peer)), StopSignal(), 20)
+        assert 1.5 <= time.monotonic() - started < 10
+    finally:
+        timer.join()
+        server.close()
+    assert len(messages) == 1, messages
+    assert messages[0].startswith(
+        f"cluster forming: waiting up to 20 s for {peer}: does not accept connections ("
+    ), messages

@@ -1,0 +1,305 @@
+"""The chief's lease on a run directory: at most one live chief writes a run.
+
+Two chiefs on one directory (two deployments of one stack, a second launch of a local run, a
+chief that hangs while its replacement starts) would each save checkpoints and prune the other's
+(``max_to_keep``), and both write ``model.keras``, ``summary.json`` and ``DONE``. The lease is a
+file, ``<run dir>/chief.lease``, one JSON object (holder, expiry, last renewal), read and
+written through the same file layer as the run itself: local paths and the shared claim with
+the standard library, ``gs://``/``s3://`` through ``tf.io.gfile``. A file with an expiry needs no
+lock primitive, so it works on every storage the project supports (``fcntl`` locks exist on
+neither object store and are unreliable on some NFS servers).
+
+The rules:
+
+- A chief takes the lease when there is none, when it has expired, or when it names this
+  chief's own holder identity (:func:`holder_identity`: namespace, pod name and host). An
+  in-place restart by the supervisor, or the StatefulSet's recreated ``<sts>-0`` (same name),
+  therefore takes its lease back at once.
+- A live lease of another holder refuses the start: :class:`~trainer.errors.RunConflictError`
+  (exit 9), one line naming the holder and when the lease expires; nothing is written.
+- The holder renews it every :data:`RENEW_SECONDS` from a thread; it expires
+  :data:`TTL_SECONDS` after the last renewal (three periods: two renewals may fail in a row).
+  A chief that crashed without releasing it blocks another holder for at most that long.
+- A holder that finds at a renewal that another holder has taken the lease (it could not renew
+  for a whole TTL: a frozen process, a storage outage) exits 9 at once, from the thread: it can
+  no longer know that it is alone, so it must not write another byte.
+- The lease is deleted when training ends, however it ends (the next start need not wait).
+
+There is no compare-and-swap on these stores: two chiefs that both find the lease free write
+one after the other; each reads it back after :data:`SETTLE_SECONDS`, and only the one whose
+write landed last goes on. That holds while one read-then-write takes less than the settle
+time. Expiry is a time on the writer's clock compared with the reader's: the nodes' clocks must
+agree to well within :data:`TTL_SECONDS` (NTP does). Imports no TensorFlow at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from trainer import contract
+from trainer.errors import EXIT_RUN_CONFLICT, CheckpointError, RunConflictError
+from trainer.logs import Log
+
+LEASE_FILE = "chief.lease"
+RENEW_SECONDS = 10.0
+"""How often the holder rewrites its lease."""
+TTL_SECONDS = 3 * RENEW_SECONDS
+"""A lease not renewed for this long has expired: another holder may take it."""
+SETTLE_SECONDS = 1.0
+"""Wait before reading back a lease just taken over (see the module docstring)."""
+
+
+# --- Files: local paths without TensorFlow, URIs through tf.io.gfile. ---------------------------
+
+
+def is_local(path: str) -> bool:
+    """A local path (or the shared claim): read with the standard library, no TensorFlow import
+    (seconds), which a finished run's start never needs otherwise."""
+    return "://" not in path
+
+
+def gfile() -> Any:
+    """``tf.io.gfile``, for ``gs://`` and ``s3://`` URIs."""
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def read_text(path: str) -> str | None:
+    """The file's text, or ``None`` when it does not exist.
+
+    Raises:
+        CheckpointError: the file or its directory cannot be read.
+    """
+    try:
+        if is_local(path):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return None
+        fs = gfile()
+        if not fs.exists(path):
+            return None
+        with fs.GFile(path, "r") as f:
+            return f.read()
+    except Exception as err:  # noqa: BLE001 - OSError or tf.errors.OpError (tf imported lazily)
+        raise CheckpointError(f"{path}: cannot read: {err}") from None
+
+
+def write_text(path: str, text: str, tag: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file named with ``tag``, then rename:
+    readers see the old or the new content, and two writers never share a temporary file."""
+    tmp = f"{path}.{re.sub(r'[^A-Za-z0-9_.-]', '_', tag)}.tmp"
+    if is_local(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        return
+    fs = gfile()
+    fs.makedirs(path.rsplit("/", 1)[0])
+    with fs.GFile(tmp, "w") as f:
+        f.write(text)
+    fs.rename(tmp, path, overwrite=True)
+
+
+def remove(path: str) -> None:
+    """Delete ``path``; a missing file is no error."""
+    if is_local(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        return
+    fs = gfile()
+    if fs.exists(path):
+        fs.remove(path)
+
+
+# --- The lease. ----------------------------------------------------------------------------------
+
+
+def holder_identity(env: Mapping[str, str]) -> str:
+    """``<namespace>/<pod name>@<host>``: the same for every restart of one pod, and for the pod
+    the StatefulSet recreates under the same name; local workers carry the launcher's names.
+    Without a pod name (an explicit ``TF_CONFIG``) the process id stands in."""
+    names = [env.get(k, "").strip() for k in (contract.ENV_NAMESPACE, contract.ENV_POD_NAME)]
+    who = "/".join(n for n in names if n) or f"pid-{os.getpid()}"
+    return f"{who}@{socket.gethostname()}"
+
+
+def utc(seconds: float) -> str:
+    """Unix seconds as an ISO 8601 UTC time (``2026-12-03T10:00:00Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The content of the lease file."""
+
+    holder: str
+    expires_at: float
+    """Unix seconds on the holder's clock."""
+    renewed_at: float
+
+    def to_text(self) -> str:
+        return json.dumps({**asdict(self), "expires_utc": utc(self.expires_at)}) + "\n"
+
+    @classmethod
+    def parse(cls, text: str, where: str) -> LeaseRecord:
+        """Raises: RunConflictError naming ``where`` when the text is not a lease."""
+        try:
+            doc = json.loads(text)
+            return cls(str(doc["holder"]), float(doc["expires_at"]), float(doc["renewed_at"]))
+        except (ValueError, KeyError, TypeError):
+            raise RunConflictError(
+                f"{where}: must be a JSON lease with holder, expires_at and renewed_at; got "
+                f"{text.strip()[:200]!r}; delete it only if no chief is running"
+            ) from None
+
+
+def _exit_lost(message: str) -> None:
+    """Leave now with exit 9: the main thread may be inside a TensorFlow call for long."""
+    print(f"trainer: error: {message}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_RUN_CONFLICT)
+
+
+class Lease:
+    """The chief's lease on ``root`` (see the module docstring): :meth:`acquire`, then
+    :meth:`release`; a thread renews it in between."""
+
+    def __init__(
+        self,
+        root: str,
+        holder: str,
+        log: Log,
+        *,
+        renew_seconds: float = RENEW_SECONDS,
+        ttl_seconds: float = TTL_SECONDS,
+        settle_seconds: float = SETTLE_SECONDS,
+        clock: Callable[[], float] = time.time,
+        on_lost: Callable[[str], None] = _exit_lost,
+    ) -> None:
+        self.path = f"{root.rstrip('/')}/{LEASE_FILE}"
+        self.holder = holder
+        self.log = log
+        self.renew_seconds = renew_seconds
+        self.ttl_seconds = ttl_seconds
+        self.settle_seconds = settle_seconds
+        self.clock = clock
+        self.on_lost = on_lost
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._tag = f"{holder}-{os.getpid()}"
+
+    def read(self) -> LeaseRecord | None:
+        text = read_text(self.path)
+        return None if text is None else LeaseRecord.parse(text, self.path)
+
+    def _write(self) -> LeaseRecord:
+        now = self.clock()
+        record = LeaseRecord(self.holder, now + self.ttl_seconds, now)
+        write_text(self.path, record.to_text(), self._tag)
+        return record
+
+    def _held_by_other(self, current: LeaseRecord) -> str:
+        now = self.clock()
+        return (
+            f"{self.path}: another chief holds this run: lease of {current.holder} expires at "
+            f"{utc(current.expires_at)} (in {max(0.0, current.expires_at - now):.0f} s; renewed "
+            f"every {self.renew_seconds:g} s while it runs); this chief is {self.holder}; "
+            "nothing was written"
+        )
+
+    def acquire(self) -> None:
+        """Take the lease and start renewing it.
+
+        Raises:
+            RunConflictError: another holder's lease has not expired (nothing was written), or
+                another chief took the free lease at the same moment and won.
+            CheckpointError: the directory cannot be read.
+        """
+        current = self.read()
+        now = self.clock()
+        if current is not None and current.holder != self.holder and current.expires_at > now:
+            raise RunConflictError(self._held_by_other(current))
+        record = self._write()
+        if current is None or current.holder != self.holder:
+            # A free or expired lease: another chief may be taking it right now.
+            time.sleep(self.settle_seconds)
+            back = self.read()
+            if back is None or back.holder != self.holder:
+                raise RunConflictError(
+                    self._held_by_other(back) if back else f"{self.path}: removed while taken"
+                )
+        previous: dict[str, Any] = {}
+        if current is not None:
+            previous = {"previous_holder": current.holder,
+                        "previous_expired": current.expires_at <= now}  # fmt: skip
+        self.log.event("lease", path=self.path, holder=self.holder,
+                       expires_utc=utc(record.expires_at), renew_seconds=self.renew_seconds,
+                       ttl_seconds=self.ttl_seconds, **previous)  # fmt: skip
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._renew_loop, name="tfd-lease", daemon=True)
+        self._thread.start()
+
+    def renew(self) -> bool:
+        """One renewal: rewrite the lease if it is still ours. False (after ``on_lost``) when
+        another holder has it; storage errors are left to the caller."""
+        try:
+            current = self.read()
+        except RunConflictError as err:  # garbage in our own lease file: ours to overwrite
+            self.log.event("warning", message=f"lease renewal overwrites it: {err}")
+            current = None
+        if current is not None and current.holder != self.holder:
+            self.on_lost(
+                f"{self.path}: lease lost to {current.holder} (expires at "
+                f"{utc(current.expires_at)}): this chief could not renew it within "
+                f"{self.ttl_seconds:g} s; stopping before another write"
+            )
+            return False
+        self._write()
+        return True
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.renew_seconds):
+            try:
+                if not self.renew():
+                    return
+            except Exception as err:  # noqa: BLE001 - a storage hiccup: the next period retries
+                self.log.event("warning", message=f"{self.path}: lease renewal failed, next "
+                               f"try in {self.renew_seconds:g} s: {err}")  # fmt: skip
+
+    def verify(self) -> None:
+        """Raises: RunConflictError when the lease is no longer this holder's."""
+        current = self.read()
+        if current is None or current.holder != self.holder:
+            raise RunConflictError(
+                f"{self.path}: lease no longer held by this chief ({self.holder}); now "
+                f"{current.holder if current else 'absent'}; not writing the final files"
+            )
+
+    def release(self) -> None:
+        """Stop renewing and delete the lease if it is still ours (errors are logged)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.renew_seconds + 30)
+            self._thread = None
+        try:
+            current = self.read()
+            if current is not None and current.holder == self.holder:
+                remove(self.path)
+        except Exception as err:  # noqa: BLE001 - it expires by itself
+            self.log.event("warning", message=f"{self.path}: lease not released ({err}); it "
+                           f"expires within {self.ttl_seconds:g} s")  # fmt: skip

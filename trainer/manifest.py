@@ -1,0 +1,303 @@
+"""The run manifest: what a run is, written at its first start, checked at every later one.
+
+``<run dir>/manifest.json`` is one JSON object the chief writes when it first trains the run
+(holding the lease, :mod:`trainer.lease`), just before its first checkpoint could exist. Its
+fields are of two kinds:
+
+- :data:`RESULT_FIELDS` change what the run computes: the deployment (Pulumi project, stack,
+  app) and run id, the dataset's fingerprint (:func:`dataset_fingerprint`), the model (builder,
+  loss, classes) and the seed. A later start that differs in any of them is refused before
+  anything is written: :class:`~trainer.errors.RunConflictError` (exit 9), one line naming each
+  differing field as ``old -> new``. Every worker checks, the chief and the others alike, before
+  the ``DONE`` check (a finished run started with another dataset is refused too, not reported
+  as done) and before the cluster forms.
+- :data:`INFO_FIELDS` are recorded as they were at the first start and never refuse one: the
+  epochs (raising them continues a finished run), the global batch (the world size changes with
+  the autoscaler and the step is converted), the precision (checkpoints restore across it) and
+  the image (a new image is a rollout of the same run). A start that differs logs them in its
+  ``run_manifest`` event (``changed``: field -> [recorded, now]).
+
+A run directory without a manifest (a new run, or one from an earlier version) is accepted and
+gets one from its next training chief. Imports no TensorFlow at import time, and a check
+against a manifest of the same dataset spec needs none (local files are read with the standard
+library): a finished run's start stays fast. ``gs://``/``s3://`` go through ``tf.io.gfile``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from trainer import contract
+from trainer.config import Config
+from trainer.errors import DataError, RunConflictError
+from trainer.lease import Lease, gfile, holder_identity, is_local, read_text, utc, write_text
+from trainer.logs import Log
+
+MANIFEST_FILE = "manifest.json"
+VERSION = 1
+RESULT_FIELDS: tuple[str, ...] = ("project", "stack", "app", "run_id", "dataset", "model", "seed")
+"""A later start that differs in one of these is refused (exit 9)."""
+INFO_FIELDS: tuple[str, ...] = ("epochs", "global_batch", "precision", "image")
+"""Recorded at the first start; a difference is logged, never refused (module docstring)."""
+CONTENT_HASH_BYTES = 64 << 20
+"""Datasets up to this many bytes in all are fingerprinted by content (SHA-256 of every file);
+larger ones by each file's size and modification time."""
+DEFAULT_MODEL = "built-in CNN"
+DEFAULT_LOSS = "cross-entropy"
+FROM_DATA = "from the data"
+_STAT_THREADS = 16
+
+
+def dataset_fingerprint(
+    config: Config, recorded: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """What identifies the training data of ``config``.
+
+    ``synthetic``: its parameters (examples, seed). ``mnist``: the name (tf-keras checks the
+    download against its published hash). Files (``.npz``, TFRecord file, glob or directory):
+    the spec, the number of files, their total bytes and a SHA-256 over each file's path and
+    size and either its content (the whole dataset within :data:`CONTENT_HASH_BYTES`: a file
+    regenerated with the same size, such as an ``.npz`` of the same shapes, still differs) or
+    its modification time (larger datasets: hashing them would read every byte at every start
+    of every worker; a re-upload of identical bytes then counts as a change). ``--eval-split``
+    holds examples out of training, so it is part of the data.
+
+    ``recorded``: the manifest's fingerprint, if any. The spec alone decides what kind of
+    dataset it names (``trainer.data.load``), so a recorded fingerprint of the same spec gives
+    the kind without importing ``trainer.data`` (TensorFlow: seconds at every start of a
+    finished run); local files are read with the standard library for the same reason.
+
+    Raises:
+        DataError: the spec names no file, or the files cannot be listed or read.
+    """
+    spec = config.dataset
+    if recorded is not None and recorded.get("spec") == spec:
+        synthetic, files = "examples" in recorded, "files" in recorded
+    else:
+        from trainer import data
+
+        synthetic = spec == data.SYNTHETIC
+        files = not synthetic and spec != data.MNIST
+    out: dict[str, Any] = {"spec": spec}
+    if synthetic:
+        out.update(examples=config.synthetic_examples, seed=config.seed)
+    elif files:
+        out.update(_files_fingerprint(spec))
+    if config.eval_split:
+        out["eval_split"] = config.eval_split
+    return out
+
+
+def _files_fingerprint(spec: str) -> dict[str, Any]:
+    try:
+        paths = _list(spec)
+        with ThreadPoolExecutor(_STAT_THREADS) as pool:  # object stores: one request per file
+            stats = list(pool.map(_size_and_mtime, paths))
+        total = sum(size for size, _ in stats)
+        by_content = total <= CONTENT_HASH_BYTES
+        digest = hashlib.sha256()
+        for path, (size, mtime_ns) in zip(paths, stats, strict=True):
+            mark = _content_sha256(path) if by_content else str(mtime_ns)
+            digest.update(f"{path}\t{size}\t{mark}\n".encode())
+    except Exception as err:  # noqa: BLE001 - OSError or tf.errors.OpError (tf imported lazily)
+        raise DataError(f"--dataset {spec}: cannot read its files: {err}") from None
+    if not paths:
+        raise DataError(f"--dataset {spec}: no such file")
+    return {"files": len(paths), "bytes": total, "by": "content" if by_content else "size+mtime",
+            "sha256": digest.hexdigest()[:16]}  # fmt: skip
+
+
+def _list(spec: str) -> list[str]:
+    """The files trainer.data reads for ``spec``: a directory's entries, else the glob's matches
+    (a plain path matches itself when it exists)."""
+    if is_local(spec):
+        pattern = os.path.join(spec, "*") if os.path.isdir(spec) else spec
+        return sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+    fs = gfile()
+    return sorted(fs.glob(spec.rstrip("/") + "/*") if fs.isdir(spec) else fs.glob(spec))
+
+
+def _size_and_mtime(path: str) -> tuple[int, int]:
+    if is_local(path):
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+    st = gfile().stat(path)
+    return int(st.length), int(st.mtime_nsec)
+
+
+def _content_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") if is_local(path) else gfile().GFile(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def wanted(
+    config: Config, env: Mapping[str, str], recorded: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """This start's manifest, without the fields only known once training is set up
+    (``global_batch``, ``precision``). Reads the dataset's files (:func:`dataset_fingerprint`;
+    ``recorded``: the manifest on disk, if any)."""
+    recorded_data = (recorded or {}).get("dataset")
+    return {
+        "version": VERSION,
+        "project": env.get(contract.ENV_PROJECT, "").strip(),
+        "stack": env.get(contract.ENV_STACK, "").strip(),
+        "app": env.get(contract.ENV_APP, "").strip(),
+        "run_id": contract.run_id_from_env(env),
+        "dataset": dataset_fingerprint(
+            config, recorded_data if isinstance(recorded_data, dict) else None
+        ),
+        "model": {
+            "builder": config.model or DEFAULT_MODEL,
+            "loss": config.loss or DEFAULT_LOSS,
+            "num_classes": config.num_classes or FROM_DATA,
+        },
+        "seed": config.seed,
+        "epochs": config.epochs,
+        "image": env.get(contract.ENV_IMAGE, "").strip(),
+    }
+
+
+_MISSING = object()
+
+
+def _flat(value: Any, key: str) -> dict[str, Any]:
+    """Nested objects as dotted keys (``dataset.sha256``), so a difference names its leaf."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{key}.{k}"))
+        return out
+    return {key: value}
+
+
+def differences(recorded: Mapping[str, Any], now: Mapping[str, Any], fields: tuple[str, ...]
+                ) -> dict[str, tuple[Any, Any]]:  # fmt: skip
+    """``{dotted field: (recorded, now)}`` for each of ``fields`` that differs. A field the
+    recorded manifest lacks (written by an earlier version) is not compared."""
+    now = json.loads(json.dumps(now))  # the types a manifest read back has (lists, floats)
+    out: dict[str, tuple[Any, Any]] = {}
+    for field in fields:
+        if field not in recorded:
+            continue
+        old, new = _flat(recorded[field], field), _flat(now.get(field), field)
+        for key in sorted(old.keys() | new.keys()):
+            a, b = old.get(key, _MISSING), new.get(key, _MISSING)
+            if a != b:
+                out[key] = (a, b)
+    return out
+
+
+def _show(value: Any) -> str:
+    return "(none)" if value is _MISSING else json.dumps(value)
+
+
+def parse(text: str, where: str) -> dict[str, Any]:
+    """Raises: RunConflictError naming ``where`` when the text is not a manifest."""
+    try:
+        doc = json.loads(text)
+        if not isinstance(doc, dict) or not isinstance(doc.get("version"), int):
+            raise ValueError("no version")
+    except ValueError:
+        raise RunConflictError(
+            f"{where}: must be a JSON run manifest with a version; got {text.strip()[:200]!r}"
+        ) from None
+    return doc
+
+
+class RunGuard:
+    """The manifest check of one worker, and the chief's lease and manifest write.
+
+    Use: :meth:`check` (every worker, read-only), then ``with guard.training(is_chief):``
+    around the training, inside which the chief calls :meth:`record` once the global batch and
+    precision are known and :meth:`verify` before the final files."""
+
+    def __init__(self, root: str, config: Config, env: Mapping[str, str], log: Log) -> None:
+        self.root = root.rstrip("/")
+        self.path = f"{self.root}/{MANIFEST_FILE}"
+        self.config = config
+        self.env = env
+        self.log = log
+        self.recorded: dict[str, Any] | None = None
+        self._wanted: dict[str, Any] | None = None
+        self._lease: Lease | None = None
+
+    def wanted(self) -> dict[str, Any]:
+        if self._wanted is None:
+            self._wanted = wanted(self.config, self.env, self.recorded)
+        return self._wanted
+
+    def check(self) -> None:
+        """Read the manifest, if any, and refuse a start that changes the result.
+
+        Raises:
+            RunConflictError: a result field differs (the line names each, old -> new), or the
+                manifest is not one.
+            DataError: the dataset's files cannot be listed or read.
+            CheckpointError: the directory cannot be read.
+        """
+        text = read_text(self.path)
+        self.recorded = None if text is None else parse(text, self.path)
+        if self.recorded is None:
+            return
+        diff = differences(self.recorded, self.wanted(), RESULT_FIELDS)
+        if diff:
+            listed = "; ".join(f"{k}: {_show(a)} -> {_show(b)}" for k, (a, b) in diff.items())
+            raise RunConflictError(
+                f"{self.path}: run {self.recorded.get('run_id', '')!r} was started with other "
+                f"settings that change its result ({listed}); nothing was written: keep the "
+                "recorded settings to resume it, or use a new run id for a new run"
+            )
+
+    @contextlib.contextmanager
+    def training(self, is_chief: bool) -> Iterator[None]:
+        """The chief holds the lease (taken, then the manifest checked again under it) for the
+        block and releases it on the way out, however the block ends; other workers only run
+        the block.
+
+        Raises:
+            RunConflictError: another live chief holds the lease, or see :meth:`check`.
+        """
+        if not is_chief:
+            yield
+            return
+        lease = Lease(self.root, holder_identity(self.env), self.log)
+        lease.acquire()
+        self._lease = lease
+        try:
+            self.check()  # a manifest written before this chief held the lease counts too
+            yield
+        finally:
+            self._lease = None
+            lease.release()
+
+    def record(self, global_batch: int, precision: str) -> None:
+        """The chief writes the manifest at the run's first start; later starts log what
+        changed among :data:`INFO_FIELDS`. Other workers do nothing."""
+        if self._lease is None:
+            return
+        now = {**self.wanted(), "global_batch": global_batch, "precision": precision}
+        if self.recorded is None:
+            doc = {**now, "created_utc": utc(time.time()), "created_by": self._lease.holder}
+            text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+            write_text(self.path, text, self._lease.holder)
+            self.recorded = doc
+            self.log.event("run_manifest", path=self.path, state="written")
+            return
+        changed = {k: [a, b] for k, (a, b) in differences(self.recorded, now, INFO_FIELDS).items()}
+        self.log.event("run_manifest", path=self.path, state="matches", changed=changed)
+
+    def verify(self) -> None:
+        """Raises: RunConflictError when the chief no longer holds the lease."""
+        if self._lease is not None:
+            self._lease.verify()
