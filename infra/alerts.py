@@ -7,6 +7,8 @@ metric there changes every expression here.
 
 Every alert is scoped by ``namespace`` and ``job``: the PodMonitor gives each training job's
 series ``job="<namespace>/<podmonitor>"``, so two jobs in one cluster never mask each other.
+Besides the trainer's metrics, the rules read Prometheus's own ``up`` of those jobs: a worker
+whose scrape fails reports nothing else.
 
 Run ``python -m infra.alerts`` to print the rules file (YAML) on stdout.
 """
@@ -19,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from infra.config import ConfigError
+from infra.config import ALERT_FOR_MINUTES, ConfigError
 from trainer.contract import (
     METRIC_CHECKPOINT_SAVE_SECONDS,
     METRIC_CHECKPOINT_TIMESTAMP,
@@ -32,6 +34,11 @@ from trainer.contract import (
 
 GROUP_NAME = "tfd-trainer"
 """Name of the single rule group (unique within the rules file)."""
+POD_MONITOR_NAME = "tfd-workers"
+"""Name of the PodMonitor that scrapes the workers (``infra.monitoring`` creates it): Prometheus
+names its scrape job ``<training namespace>/tfd-workers``."""
+WORKER_JOBS = f'job=~".+/{POD_MONITOR_NAME}"'
+"""Label matcher of every training stack's worker scrape job."""
 
 ALERT_STALLED = "TfdTrainingStalled"
 ALERT_CHECKPOINT_STALE = "TfdCheckpointTooOld"
@@ -62,7 +69,7 @@ class AlertThresholds:
         max_resumes: resumes from a checkpoint tolerated in the window (0-1000, default 3);
             more fires ``TfdResumesRising``.
         for_minutes: how long a condition must hold before an alert fires (minutes, 0-60,
-            default 5).
+            default 5; the stack's ``monitoringAlertForMinutes``).
         checkpoint_save_max_seconds: 90th percentile of checkpoint save time over the restart
             window above this (seconds, 1-3600, default 60) fires ``TfdCheckpointSavesSlow``:
             every worker waits for each save, and a preempted pod must save within its grace
@@ -84,7 +91,7 @@ class AlertThresholds:
             "restart_window_minutes": (5, 1440),
             "max_restarts": (0, 1000),
             "max_resumes": (0, 1000),
-            "for_minutes": (0, 60),
+            "for_minutes": ALERT_FOR_MINUTES,
             "checkpoint_save_max_seconds": (1, 3600),
         }
         for key, (lo, hi) in ranges.items():
@@ -160,14 +167,18 @@ def alert_rules(thresholds: AlertThresholds | None = None) -> list[dict[str, Any
         ),
         _alert(
             ALERT_WORKERS_MISSING,
-            # Every live worker exports the world size it was started with; fewer series than
-            # that value means some workers are down or not scraped.
-            f"count {_BY} ({METRIC_WORLD_SIZE}) < max {_BY} ({METRIC_WORLD_SIZE}) {_NOT_DONE}",
+            # Every worker exports the world size it was started with: fewer series than that
+            # value means some are gone. The workers left then wait for them inside TensorFlow,
+            # where their /metrics may not answer at all (no series, not even the world size):
+            # a worker pod whose scrape fails counts as missing too.
+            f"((max {_BY} ({METRIC_WORLD_SIZE}) - count {_BY} ({METRIC_WORLD_SIZE})) > 0 "
+            f"or count {_BY} (up{{{WORKER_JOBS}}} == 0)) {_NOT_DONE}",
             t.for_minutes,
             "critical",
-            "Fewer workers than the world size",
-            f"Only {{{{ $value }}}} workers of {where} report metrics; the job was started "
-            "with more. Collectives block until every worker is back.",
+            "Workers are missing",
+            f"{{{{ $value }}}} workers of {where} are missing: fewer report metrics than the "
+            "world size they were started with, or their pods do not answer the scrape. "
+            "Collectives block until every worker is back.",
         ),
         _alert(
             ALERT_CHECKPOINT_SLOW,

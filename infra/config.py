@@ -80,6 +80,10 @@ _IMAGE_REFERENCE = re.compile(
 )
 _IMAGE_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
 _CHART_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+_CHART_REPOSITORY = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
+ALERT_FOR_MINUTES = (0, 60)
+"""Range of ``monitoringAlertForMinutes`` (the alert rules' ``for``, in minutes); the rules'
+own check (``infra.alerts.AlertThresholds``) uses it too."""
 # Kubernetes resource.Quantity: a signed decimal number and an optional suffix.
 _QUANTITY = re.compile(
     r"^(?P<num>\+?(\d+(\.\d*)?|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
@@ -322,6 +326,10 @@ class MonitoringConfig:
     chart_version: str = ""
     install: bool = True
     grafana_admin_password: pulumi.Output[str] | None = None
+    chart_repository: str = ""
+    values: Mapping[str, Any] = field(default_factory=dict)
+    """Extra chart values from ``monitoringValuesFile`` (empty without one)."""
+    alert_for_minutes: int = 0
     namespace_mode: str = "create"
 
     @property
@@ -661,6 +669,25 @@ def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
     return problems
 
 
+def _values_file(r: _Reader, key: str) -> dict[str, Any]:
+    """The chart values in the YAML file ``key`` names (relative to the project directory);
+    empty when the key is. The file must hold a mapping."""
+    name = r.string(key, empty=True)
+    if not name:
+        return {}
+    path = PROJECT_FILE.parent / name
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        reason = err.strerror if isinstance(err, OSError) else "not valid YAML"
+        r.fail(key, f"must name a readable YAML file of chart values ({reason})", name)
+        return {}
+    if not isinstance(values, dict):
+        r.fail(key, "must name a YAML file holding a mapping of chart values", name)
+        return {}
+    return values
+
+
 def _reference_problems(reference: str, *, pinned: bool) -> list[str]:
     """The rules of ``imageReference``: a Docker reference, never ``latest``, and pinned by
     digest where ``pinned`` (cloud stacks, whose nodes pull from a registry)."""
@@ -876,6 +903,13 @@ def parse_config(
         _CHART_VERSION,
         "must be an exact chart version 'MAJOR.MINOR.PATCH'",
     )
+    chart_repository = r.string(
+        "monitoringChartRepository",
+        _CHART_REPOSITORY,
+        "must be the http(s):// URL of a Helm chart repository",
+    )
+    chart_values = _values_file(r, "monitoringValuesFile")
+    alert_for = r.integer("monitoringAlertForMinutes", *ALERT_FOR_MINUTES)
 
     # Image: read here, judged by image_problems (shared with infra/image.py).
     image = ImageConfig(
@@ -984,6 +1018,9 @@ def parse_config(
             chart_version=chart_version,
             install=mon_install,
             grafana_admin_password=secret_values["grafanaAdminPassword"],
+            chart_repository=chart_repository,
+            values=chart_values,
+            alert_for_minutes=alert_for,
             namespace_mode=mon_ns_mode,
         ),
         project=project,

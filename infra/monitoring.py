@@ -46,8 +46,10 @@ from trainer.contract import METRICS_PATH, METRICS_PORT_NAME
 
 CHART_NAME = "kube-prometheus-stack"
 CHART_REPO = "https://prometheus-community.github.io/helm-charts"
-DEFAULT_CHART_VERSION = "81.4.5"
-"""kube-prometheus-stack 81.4.5 (prometheus-operator v0.88.0, Grafana chart 10.5.12)."""
+"""The chart's public repository (``monitoringChartRepository``'s default)."""
+DEFAULT_CHART_VERSION = "88.6.1"
+"""The tested kube-prometheus-stack release: the one ``make e2e`` installs on a real node (its
+operator and image versions are in its Chart.yaml and values.yaml; docs/monitoring.md)."""
 
 RELEASE_NAME = "tfd-monitoring"
 """Helm release name, also the chart's ``fullnameOverride``: fixed so Service names are known
@@ -70,8 +72,10 @@ DASHBOARD_LABEL = "grafana_dashboard"
 DASHBOARD_LABEL_VALUE = "1"
 """Label (and value) the Grafana sidecar watches for dashboard ConfigMaps."""
 DASHBOARD_CONFIGMAP = "tfd-trainer-dashboard"
-POD_MONITOR_NAME = "tfd-workers"
-"""Prometheus names the scrape job ``<training namespace>/tfd-workers``."""
+MONITORING_API_VERSION = "monitoring.coreos.com/v1"
+"""API version of the operator's PodMonitor and PrometheusRule kinds (CRDs of the chart)."""
+POD_MONITOR_NAME = alerts.POD_MONITOR_NAME
+"""Prometheus names the scrape job ``<training namespace>/tfd-workers``; the rules select it."""
 PROMETHEUS_RULE_NAME = "tfd-trainer"
 SCRAPE_INTERVAL = "15s"
 RETENTION = "15d"
@@ -93,6 +97,11 @@ class MonitoringArgs:
             ``monitoring``.
         chart_version: exact kube-prometheus-stack version (``MAJOR.MINOR.PATCH``); the
             tested one is :data:`DEFAULT_CHART_VERSION`.
+        chart_repository: URL of the Helm repository serving the chart (default the public
+            :data:`CHART_REPO`).
+        values: extra chart values, merged under :func:`helm_values`' own (which win).
+        alert_thresholds: the trainer alerts' thresholds (default
+            :class:`infra.alerts.AlertThresholds`).
         grafana_admin_password: Grafana ``admin`` password (a secret Output); ``None`` lets the
             Grafana chart generate one into the Secret ``<namespace>/tfd-monitoring-grafana``.
         training_namespace: namespace of the worker pods; the PodMonitor and PrometheusRule
@@ -114,6 +123,9 @@ class MonitoringArgs:
     worker_selector: dict[str, str]
     labels: dict[str, str] = field(default_factory=dict)
     install: bool = True
+    chart_repository: str = CHART_REPO
+    values: Mapping[str, Any] = field(default_factory=dict)
+    alert_thresholds: alerts.AlertThresholds = field(default_factory=alerts.AlertThresholds)
     create_namespace: bool = True
 
 
@@ -133,8 +145,22 @@ def dashboard_labels(labels: Mapping[str, str]) -> dict[str, str]:
     return {**labels, DASHBOARD_LABEL: DASHBOARD_LABEL_VALUE}
 
 
+def merge_values(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` merged in, mappings key by key (as Helm merges values files):
+    ``over`` wins wherever both set a key to something other than two mappings."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_values(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def helm_values(args: MonitoringArgs) -> dict[str, Any]:
-    """Values for the kube-prometheus-stack chart. Never contains the Grafana password."""
+    """Values for the kube-prometheus-stack chart: ``args.values`` with the program's own
+    settings merged over them (the PodMonitor, rules, dashboard and outputs rely on those).
+    Never contains the Grafana password."""
     if args.grafana_admin_password is not None:
         admin: dict[str, Any] = {
             "admin": {
@@ -147,7 +173,7 @@ def helm_values(args: MonitoringArgs) -> dict[str, Any]:
         # The parent chart defaults adminPassword to a well-known string; empty makes the
         # Grafana chart generate a random one instead.
         admin = {"adminPassword": ""}
-    return {
+    own = {
         "fullnameOverride": RELEASE_NAME,
         # node-exporter needs a privileged namespace (hostNetwork/hostPID/hostPath); its
         # default rules would only report it missing.
@@ -179,6 +205,7 @@ def helm_values(args: MonitoringArgs) -> dict[str, Any]:
             },
         },
     }
+    return merge_values(args.values, own)
 
 
 def pod_monitor_spec(worker_selector: Mapping[str, str]) -> dict[str, Any]:
@@ -231,7 +258,7 @@ class Monitoring(Component):
 
         self.pod_monitor = k8s.apiextensions.CustomResource(
             f"{name}-pod-monitor",
-            api_version="monitoring.coreos.com/v1",
+            api_version=MONITORING_API_VERSION,
             kind="PodMonitor",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=POD_MONITOR_NAME, namespace=args.training_namespace, labels=dict(args.labels)
@@ -241,7 +268,7 @@ class Monitoring(Component):
         )
         self.prometheus_rule = k8s.apiextensions.CustomResource(
             f"{name}-rules",
-            api_version="monitoring.coreos.com/v1",
+            api_version=MONITORING_API_VERSION,
             kind="PrometheusRule",
             # Per training stack, beside its workers: a second stack on the cluster adds its
             # own rule instead of colliding with this one.
@@ -250,7 +277,7 @@ class Monitoring(Component):
                 namespace=args.training_namespace,
                 labels=dict(args.labels),
             ),
-            spec={"groups": alerts.rule_groups()},
+            spec={"groups": alerts.rule_groups(args.alert_thresholds)},
             opts=after_release,
         )
 
@@ -315,7 +342,7 @@ class Monitoring(Component):
                 name=RELEASE_NAME,
                 chart=CHART_NAME,
                 version=args.chart_version,
-                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=args.chart_repository),
                 namespace=namespace,
                 values=helm_values(args),
                 timeout=RELEASE_TIMEOUT_S,

@@ -102,6 +102,7 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     monitoring_args = None
     if cfg.monitoring.enabled:
         # Imported only when used: the monitoring stack is optional.
+        from infra.alerts import AlertThresholds
         from infra.monitoring import MonitoringArgs
 
         monitoring_args = MonitoringArgs(
@@ -113,6 +114,9 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
             worker_selector=selector_labels(cfg),
             labels=standard_labels(cfg, "monitoring"),
             install=cfg.monitoring.install,
+            chart_repository=cfg.monitoring.chart_repository,
+            values=cfg.monitoring.values,
+            alert_thresholds=AlertThresholds(for_minutes=cfg.monitoring.alert_for_minutes),
             create_namespace=cfg.monitoring.creates_namespace,
         )
 

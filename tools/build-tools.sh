@@ -337,4 +337,5 @@ etcd_from_debian
 docker_from_debian
 node_from_debian
 register_plugins
+"$root/tools/build-monitoring.sh"
 log "ready in $(($(date +%s) - start)) s: $(ls "$bin" | tr '\n' ' ')"

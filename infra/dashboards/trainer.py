@@ -65,7 +65,16 @@ def _panel(
         "datasource": _DS,
         "gridPos": {"w": size[0], "h": size[1]},
         "fieldConfig": {"defaults": {"unit": unit, **defaults}, "overrides": []},
-        "options": {"legend": {"displayMode": "list", "placement": "bottom"}}
+        # showLegend and calcs are required by Grafana's panel schema (grafana-foundation-sdk
+        # fills in false and [] when they are missing): set, not left to a default.
+        "options": {
+            "legend": {
+                "displayMode": "list",
+                "placement": "bottom",
+                "showLegend": True,
+                "calcs": [],
+            }
+        }
         if kind == "timeseries"
         else {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}},
         "targets": [

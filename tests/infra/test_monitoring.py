@@ -24,11 +24,13 @@ from google.protobuf.json_format import MessageToDict
 from pulumi.runtime.mocks import MockMonitor, MockResourceArgs
 
 from infra import alerts, monitoring
-from infra.config import ConfigError
+from infra.config import PROJECT, PROJECT_FILE, ConfigError, project_declarations
 from infra.dashboards import trainer as dash
+from infra.render import Recorder, render_stack
 from trainer import contract
 
 PASSWORD = "s3cret-Grafana-pw"
+MIRROR = "http://127.0.0.1:8879/charts"
 WORKERS = {"app.kubernetes.io/name": "tfd-worker", "app.kubernetes.io/instance": "test"}
 COMMON = {"app.kubernetes.io/part-of": "tf-distributed", "app.kubernetes.io/managed-by": "pulumi"}
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
@@ -86,11 +88,15 @@ CONTRACT_SERIES = set(contract.METRIC_NAMES) | {
 """Every series name the trainer exposes: the contract names plus each histogram's series."""
 
 
+PROMETHEUS_SERIES = frozenset({"up"})
+"""Series Prometheus writes itself for each scrape target (the rules may read them too)."""
+
+
 def test_every_alert_uses_only_contract_metrics() -> None:
     for rule in alerts.alert_rules():
         names = metric_names(rule["expr"])
         assert names, f"alert {rule['alert']}: no metric in {rule['expr']!r}"
-        unknown = names - CONTRACT_SERIES
+        unknown = names - CONTRACT_SERIES - PROMETHEUS_SERIES
         assert not unknown, f"alert {rule['alert']}: not in contract.METRIC_NAMES: {unknown}"
 
 
@@ -268,8 +274,28 @@ PROMTOOL_CASES = {
         [
             _series(contract.METRIC_WORLD_SIZE, "2x30", pod=0),
             _series(contract.METRIC_WORLD_SIZE, "2x30", pod=1),
+            _series("up", "1x30", pod=0),
+            _series("up", "1x30", pod=1),
             _series(contract.METRIC_COMPLETED, "0x30"),
         ],
+        [_silent(alerts.ALERT_WORKERS_MISSING, T.for_minutes + 3)],
+    ),
+    # A worker gone for good: the one left waits for it inside TensorFlow and its scrape fails
+    # too, so no world size is reported at all; its failing scrape still counts.
+    "workers that do not answer the scrape fire": _case(
+        [
+            _series(contract.METRIC_WORLD_SIZE, "2x5 stale", pod=0),
+            _series(contract.METRIC_WORLD_SIZE, "2x5 stale", pod=1),
+            _series("up", "1x5 0x25", pod=0),
+            _series(contract.METRIC_COMPLETED, "0x5 stale"),
+        ],
+        [
+            _silent(alerts.ALERT_WORKERS_MISSING, 5),
+            _fires(alerts.ALERT_WORKERS_MISSING, 5 + T.for_minutes + 2, "critical"),
+        ],
+    ),
+    "other scrape jobs are ignored": _case(
+        [{"series": 'up{namespace="kube-system", job="kubelet"}', "values": "0x30"}],
         [_silent(alerts.ALERT_WORKERS_MISSING, T.for_minutes + 3)],
     ),
 }
@@ -347,6 +373,61 @@ def test_dashboard_layout_fits_grid_without_overlap() -> None:
         cells |= mine
 
 
+SDK_CANNOT_MODEL = frozenset({"templating.list[].definition"})
+"""Dashboard fields grafana-foundation-sdk (Grafana 10.1's models) does not model: it drops
+them on load. ``definition`` is the query text Grafana shows for a query variable; the query
+itself (``query.query``) is kept."""
+
+
+def _json_diff(ours: Any, theirs: Any, path: str = "") -> tuple[set[str], list[str], set[str]]:
+    """``(dropped, changed, added)`` field paths from ``ours`` to ``theirs``; list indexes
+    are written ``[]`` so one entry covers every element."""
+    dropped: set[str] = set()
+    changed: list[str] = []
+    added: set[str] = set()
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        for key in ours.keys() | theirs.keys():
+            sub = f"{path}.{key}".lstrip(".")
+            if key not in theirs:
+                dropped.add(sub)
+            elif key not in ours:
+                added.add(sub)
+            else:
+                d, c, a = _json_diff(ours[key], theirs[key], sub)
+                dropped |= d
+                changed += c
+                added |= a
+    elif isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
+        for mine, other in zip(ours, theirs, strict=True):
+            d, c, a = _json_diff(mine, other, f"{path}[]")
+            dropped |= d
+            changed += c
+            added |= a
+    elif ours != theirs:
+        changed.append(f"{path}: {ours!r} -> {theirs!r}")
+    return dropped, changed, added
+
+
+def test_dashboard_loads_in_grafana_foundation_sdk_dropping_only_listed_fields() -> None:
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()  # the panel and query models (timeseries, stat, prometheus)
+    ours = json.loads(dash.dashboard_json())
+    model = Dashboard.from_json(copy.deepcopy(ours))
+    theirs = json.loads(json.dumps(model, cls=JSONEncoder))
+    dropped, changed, added = _json_diff(ours, theirs)
+    assert not changed, f"grafana-foundation-sdk reads these dashboard fields otherwise: {changed}"
+    assert dropped == SDK_CANNOT_MODEL, (
+        f"dashboard fields the SDK drops: {sorted(dropped)}; listed: {sorted(SDK_CANNOT_MODEL)}"
+    )
+    # The SDK fills schema defaults into fields we leave out; a legend must not depend on them
+    # (it fills showLegend with false).
+    legend = sorted(a for a in added if ".legend." in a)
+    assert not legend, f"dashboard legends leave required fields to defaults: {legend}"
+
+
 # --- Pure builders. ---
 
 
@@ -384,6 +465,24 @@ def test_helm_values_admin_password_source(password: str | None, expected_grafan
     for key, value in expected_grafana.items():
         assert grafana[key] == value, f"helm values grafana.{key}"
     assert ("admin" in grafana) == bool(password) and ("adminPassword" in grafana) != bool(password)
+
+
+def test_extra_values_are_kept_and_the_programs_own_win() -> None:
+    extra = {
+        "kubeStateMetrics": {"enabled": False},
+        "grafana": {"enabled": False, "sidecar": {"dashboards": {"label": "other"}}},
+        "fullnameOverride": "renamed",
+        "prometheus": {"prometheusSpec": {"retention": "1d", "replicas": 2}},
+    }
+    values = monitoring.helm_values(_args(values=extra))
+    own = monitoring.helm_values(_args())
+    assert values["kubeStateMetrics"] == {"enabled": False}, "a key the program does not set"
+    assert values["grafana"]["enabled"] is False, "a key beside the program's grafana settings"
+    assert values["prometheus"]["prometheusSpec"]["replicas"] == 2, "a nested key kept"
+    assert values["fullnameOverride"] == monitoring.RELEASE_NAME, "the program's name wins"
+    assert values["grafana"]["sidecar"] == own["grafana"]["sidecar"], "the program's sidecar wins"
+    assert values["prometheus"]["prometheusSpec"]["retention"] == monitoring.RETENTION
+    assert extra["fullnameOverride"] == "renamed", "helm_values changed its input"
 
 
 def test_pod_monitor_spec_scrapes_the_contract_port_and_path() -> None:
@@ -449,6 +548,15 @@ def captured() -> Captured:
         )
         monitoring.Monitoring("nopw", _args(namespace="monitoring2"), opts)
         monitoring.Monitoring("second", _args(install=False, training_namespace="training2"), opts)
+        monitoring.Monitoring(
+            "mirror",
+            _args(
+                namespace="monitoring3",
+                chart_repository=MIRROR,
+                alert_thresholds=alerts.AlertThresholds(for_minutes=1),
+            ),
+            opts,
+        )
         names = ["grafana_service", "grafana_port_forward", "prometheus_port_forward"]
         names += ["grafana_admin_secret", "namespace"]
         return pulumi.Output.all(*(getattr(with_pw, n) for n in names)).apply(
@@ -607,3 +715,167 @@ def test_a_second_training_stack_uses_the_existing_install(captured: Captured) -
     for kind, namespace in kinds:
         clash = [o for o in installer if o[0] == kind and o[1] == namespace]
         assert not clash, f"{kind} in {namespace} collides with the installer's {clash}"
+
+
+def test_release_and_rules_follow_the_repository_and_alert_settings(captured: Captured) -> None:
+    assert captured.inputs["mirror-stack"].inputs["repositoryOpts"]["repo"] == MIRROR
+    assert captured.inputs["mirror-stack"].inputs["version"] == monitoring.DEFAULT_CHART_VERSION
+    rules = captured.inputs["mirror-rules"].inputs["spec"]["groups"][0]["rules"]
+    fors = {r["alert"]: r["for"] for r in rules}
+    assert fors[alerts.ALERT_WORKERS_MISSING] == "1m", fors
+    assert fors == {
+        r["alert"]: r["for"] for r in alerts.alert_rules(alerts.AlertThresholds(for_minutes=1))
+    }
+
+
+# --- The stack's monitoring settings (Pulumi.yaml keys), through the real program. ---
+
+
+def test_declared_defaults_are_the_components_defaults() -> None:
+    declared = project_declarations()
+    assert declared["monitoringChartRepository"].default == monitoring.CHART_REPO
+    assert declared["monitoringAlertForMinutes"].default == alerts.AlertThresholds().for_minutes
+    assert declared["monitoringValuesFile"].default == ""
+
+
+def _render_prod(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``{resource name: inputs}`` of the prod example with ``overrides`` (short keys)."""
+    rendered = render_stack("prod", {f"{PROJECT}:{k}": v for k, v in overrides.items()})
+    return {r.name: r.inputs for r in rendered.resources}
+
+
+def test_stack_settings_reach_the_release_and_rules(tmp_path: Path) -> None:
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text("kubeStateMetrics:\n  enabled: false\nfullnameOverride: other\n")
+    resources = _render_prod(
+        {
+            "monitoringChartRepository": MIRROR,
+            "monitoringValuesFile": str(values_file),
+            "monitoringAlertForMinutes": 2,
+        }
+    )
+    release = resources["monitoring-stack"]
+    assert release["repositoryOpts"]["repo"] == MIRROR
+    assert release["values"]["kubeStateMetrics"] == {"enabled": False}
+    assert release["values"]["fullnameOverride"] == monitoring.RELEASE_NAME
+    fors = {
+        r["alert"]: r["for"] for r in resources["monitoring-rules"]["spec"]["groups"][0]["rules"]
+    }
+    assert fors[alerts.ALERT_WORKERS_MISSING] == "2m", fors
+
+
+def test_default_settings_install_from_the_public_repository() -> None:
+    resources = _render_prod({})
+    release = resources["monitoring-stack"]
+    assert release["repositoryOpts"]["repo"] == monitoring.CHART_REPO
+    assert release["version"] == monitoring.DEFAULT_CHART_VERSION
+    assert "kubeStateMetrics" not in release["values"], "no extra values without a file"
+    fors = {
+        r["alert"]: r["for"] for r in resources["monitoring-rules"]["spec"]["groups"][0]["rules"]
+    }
+    assert fors == {r["alert"]: r["for"] for r in alerts.alert_rules()}
+
+
+INVALID_SETTINGS = [
+    ("monitoringChartRepository", "prometheus-community", "http(s):// URL", "prometheus-community"),
+    ("monitoringChartRepository", "oci://ghcr.io/charts", "http(s):// URL", "oci://"),
+    ("monitoringValuesFile", "no/such/values.yaml", "readable YAML file", "no/such/values.yaml"),
+    ("monitoringValuesFile", "<tmp>/list.yaml", "mapping of chart values", "list.yaml"),
+    ("monitoringValuesFile", "<tmp>/broken.yaml", "(not valid YAML)", "broken.yaml"),
+    ("monitoringAlertForMinutes", 61, "integer in [0, 60]", "61"),
+    ("monitoringAlertForMinutes", -1, "integer in [0, 60]", "-1"),
+]
+FILES = {"list.yaml": "- kubeStateMetrics\n", "broken.yaml": "a: [b\n"}
+
+
+@pytest.mark.parametrize(("key", "value", "rule", "shown"), INVALID_SETTINGS)
+def test_bad_monitoring_settings_are_refused_in_one_line(
+    key: str, value: Any, rule: str, shown: str, tmp_path: Path
+) -> None:
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text)
+    if isinstance(value, str):
+        value = value.replace("<tmp>", str(tmp_path))
+    recorder = Recorder()
+    with pytest.raises(ConfigError) as caught:
+        render_stack("prod", {f"{PROJECT}:{key}": value}, recorder=recorder)
+    lines = [p for p in caught.value.problems if p.startswith(f"{PROJECT}:{key}:")]
+    assert len(lines) == 1 and rule in lines[0] and shown in lines[0].partition("; got ")[2], (
+        f"{key}={value!r}: {caught.value.problems}"
+    )
+    assert "\n" not in lines[0] and recorder.resources == [], lines
+
+
+def test_values_file_is_read_relative_to_the_project_directory() -> None:
+    # The stack file is a YAML mapping in the project directory: a relative name resolves there
+    # whatever the current directory is.
+    resources = _render_prod({"monitoringValuesFile": "Pulumi.prod.yaml"})
+    assert "config" in resources["monitoring-stack"]["values"]
+    assert (PROJECT_FILE.parent / "Pulumi.prod.yaml").is_file()
+
+
+# --- The program's custom resources against the tested chart's CRDs. ---
+
+
+class _CrdLoader(yaml.SafeLoader):
+    pass
+
+
+_CrdLoader.add_constructor("tag:yaml.org,2002:value", _CrdLoader.construct_yaml_str)
+
+
+def _crd_schema(kind: str) -> dict[str, Any]:
+    """``openAPIV3Schema`` of ``kind`` at the program's API version, from the CRDs that the
+    tested chart (``tools/versions.env``'s snapshot) installs."""
+    from tools import monitoring_chart
+
+    group, version = monitoring.MONITORING_API_VERSION.split("/")
+    for path in sorted((monitoring_chart.chart().path / "charts" / "crds" / "crds").glob("*.yaml")):
+        text = path.read_text()
+        if f"kind: {kind}\n" not in text:  # parse only the candidates: some are 800 kB
+            continue
+        # YAML 1.1 gives a plain "=" the tag "value", which PyYAML cannot build: the CRDs list
+        # "=" among enum values.
+        for crd in yaml.load_all(text, Loader=_CrdLoader):
+            if crd["spec"]["group"] != group or crd["spec"]["names"]["kind"] != kind:
+                continue
+            [served] = [v for v in crd["spec"]["versions"] if v["name"] == version]
+            assert served["served"], f"{kind} {version} is not served by {path.name}"
+            return served["schema"]["openAPIV3Schema"]
+    raise AssertionError(f"the tested chart has no CRD for {group} {kind}")
+
+
+def _undeclared(value: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """Fields of ``value`` that ``schema`` does not declare: the API server would prune them
+    without a word (structural schemas drop unknown fields)."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    if isinstance(value, dict) and "properties" in schema:
+        out = []
+        for key, item in value.items():
+            if key not in schema["properties"]:
+                out.append(f"{path}.{key}")
+            else:
+                out += _undeclared(item, schema["properties"][key], f"{path}.{key}")
+        return out
+    if isinstance(value, list) and "items" in schema:
+        return [p for i, v in enumerate(value) for p in _undeclared(v, schema["items"], path)]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec"),
+    [
+        ("PodMonitor", monitoring.pod_monitor_spec(WORKERS)),
+        ("PrometheusRule", {"groups": alerts.rule_groups()}),
+    ],
+)
+def test_custom_resources_match_the_tested_charts_crds(kind: str, spec: dict[str, Any]) -> None:
+    import jsonschema
+
+    schema = _crd_schema(kind)["properties"]["spec"]
+    try:
+        jsonschema.Draft7Validator(schema).validate(spec)
+    except jsonschema.ValidationError as err:
+        pytest.fail(f"{kind} spec: {err.message} at {list(err.absolute_path)}")
+    assert not _undeclared(spec, schema, "spec"), f"{kind}: fields the CRD would prune"
