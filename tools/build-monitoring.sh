@@ -13,31 +13,13 @@
 # time: a cold run shares this 2-core machine with the rest of `make tools`.
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=tools/versions.env
-source "$root/tools/versions.env"
-cache=${TFD_TOOLS_CACHE:-$HOME/.cache/tf-distributed/tools}
-bin=$root/.tools/bin
-mkdir -p "$cache" "$bin" "$root/.tools/monitoring"
-export GOFLAGS=-mod=mod CGO_ENABLED=0
+# shellcheck source=tools/tools-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/tools-lib.sh"
+mkdir -p "$root/.tools/monitoring"
 # PyYAML reads the chart: the project's venv where it exists, else the system Python.
 py=$root/.venv/bin/python
 [ -x "$py" ] || py=python3
 go_build=(nice -n 19 go build -trimpath)
-
-log() { printf '[tools] %s\n' "$*" >&2; }
-
-cached() {
-  local dir=$1; shift
-  local b
-  for b in "$@"; do [ -x "$dir/bin/$b" ] || return 1; done
-}
-
-link() {
-  local dir=$1; shift
-  local b
-  for b in "$@"; do ln -sfn "$dir/bin/$b" "$bin/$b"; done
-}
 
 # `-X` flags of github.com/prometheus/common/version: what `--version` and the build_info
 # metric report (the upstream release builds set the same).

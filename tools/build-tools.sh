@@ -9,28 +9,8 @@
 # small wrapper module that requires it at the pinned version and repeats the replaces it needs.
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=tools/versions.env
-source "$root/tools/versions.env"
-cache=${TFD_TOOLS_CACHE:-$HOME/.cache/tf-distributed/tools}
-bin=$root/.tools/bin
-mkdir -p "$cache" "$bin"
-export GOFLAGS=-mod=mod CGO_ENABLED=0
-
-log() { printf '[tools] %s\n' "$*" >&2; }
-
-# done_or_build NAME VERSION BINARIES... : true when every binary is already in the cache.
-cached() {
-  local dir=$1; shift
-  local b
-  for b in "$@"; do [ -x "$dir/bin/$b" ] || return 1; done
-}
-
-link() {
-  local dir=$1; shift
-  local b
-  for b in "$@"; do ln -sfn "$dir/bin/$b" "$bin/$b"; done
-}
+# shellcheck source=tools/tools-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/tools-lib.sh"
 
 build_pulumi() {
   local dir=$cache/pulumi-$PULUMI_VERSION

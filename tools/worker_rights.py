@@ -10,12 +10,12 @@ docs cannot claim rights the Role does not grant, or miss one it does.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from infra import admission
+from tools.generated import write_or_check
 from trainer import contract
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,23 +75,17 @@ def render(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="worker_rights.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the table is stale")
-    args = parser.parse_args(argv)
-    current = DOC.read_text(encoding="utf-8")
-    expected = render(current)
-    if args.check:
-        if current != expected:
-            print(
-                f"{DOC.relative_to(ROOT)}: the worker rights table is stale against the Role: "
-                "run .venv/bin/python -m tools.worker_rights",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    DOC.write_text(expected, encoding="utf-8")
-    print(f"wrote the worker rights table in {DOC.relative_to(ROOT)}")
-    return 0
+    rel = DOC.relative_to(ROOT)
+    return write_or_check(
+        argv,
+        prog="worker_rights.py",
+        description=__doc__.split("\n")[0],
+        path=DOC,
+        expected=render,
+        stale=f"{rel}: the worker rights table is stale against the Role: "
+        "run .venv/bin/python -m tools.worker_rights",
+        wrote=f"wrote the worker rights table in {rel}",
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ def test_the_committed_reference_is_what_pulumi_yaml_generates() -> None:
     committed = (ROOT / "docs" / "config-reference.md").read_text()
     assert committed == config_reference.render(), (
         "docs/config-reference.md is stale against Pulumi.yaml: run "
-        ".venv/bin/python tools/config_reference.py"
+        ".venv/bin/python -m tools.config_reference"
     )
     assert config_reference.main(["--check"]) == 0
 
