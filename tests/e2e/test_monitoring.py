@@ -201,7 +201,9 @@ def installer(
         # The worker-missing test waits one minute, not the production five.
         "monitoringAlertForMinutes": 1,
     }
-    return realnode.real_stack(new_project, "mon-a", NS_A, node_image, settings)
+    stack = realnode.real_stack(new_project, "mon-a", NS_A, node_image, settings)
+    stack.set("grafanaAdminPassword", GRAFANA_PASSWORD, secret=True)
+    return stack
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +217,25 @@ def deployed(installer: Project, kube: Kube) -> dict:
     return {"started": started}
 
 
+GRAFANA_PASSWORD = "grafana-mon-e2e-Pa55word-3d9e"
+
 # --- The scenario. ---
+
+
+def test_the_grafana_password_is_used_and_stays_a_secret(
+    deployed: dict, installer: Project, kube: Kube
+) -> None:
+    """Where the secret is really used (the Grafana admin Secret of the install), the stack's
+    state, outputs and stack file hold it only encrypted."""
+    secret = kube.get("secret", monitoring.GRAFANA_ADMIN_SECRET, MON)
+    assert secret is not None, f"{MON}/{monitoring.GRAFANA_ADMIN_SECRET} not created"
+    used = base64.b64decode(secret["data"][monitoring.GRAFANA_PASSWORD_KEY]).decode()
+    assert used == GRAFANA_PASSWORD, "the Secret does not hold the configured password"
+    state = installer.export_text()
+    assert GRAFANA_PASSWORD not in state, "pulumi stack export holds the Grafana password"
+    assert GRAFANA_PASSWORD not in installer.cli("stack", "output", "--json")
+    assert GRAFANA_PASSWORD not in installer.stack_file_text()
+    assert '"ciphertext"' in state, "no encrypted secret in the state"
 
 
 def test_release_installs_and_operator_prometheus_alertmanager_are_ready(
