@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import ssl
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,29 +40,32 @@ def deployed(project: Project, kube: Kube) -> Project:
     return project
 
 
-@pytest.fixture(scope="module")
-def worker_env(tmp_path_factory: pytest.TempPathFactory, kube: Kube) -> Callable[[str], dict]:
-    """``worker_env(pod)``: the API part of a worker's environment, with a token of the workers'
-    ServiceAccount (what the projected volume holds in a pod) and the cluster's CA."""
-    work = tmp_path_factory.mktemp("worker-api")
+def make_worker_env(work: Path, kube: Kube, namespace: str) -> Callable[[str], dict]:
+    """``make(pod)``: the API part of a worker's environment in ``namespace``, with a token of
+    the workers' ServiceAccount (what the projected volume holds in a pod) and the cluster's CA."""
     cluster = json.loads(KUBECONFIG.read_text())["clusters"][0]["cluster"]
     (work / "ca.crt").write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
 
     def make(pod: str) -> dict[str, str]:
         token = kube.run(
-            "create", "token", SERVICE_ACCOUNT, "-n", NAMESPACE, "--duration=10m"
+            "create", "token", SERVICE_ACCOUNT, "-n", namespace, "--duration=10m"
         ).strip()
         (work / "token").write_text(token)
         return {
             contract.ENV_API_URL: cluster["server"],
             contract.ENV_API_TOKEN_PATH: str(work / "token"),
             contract.ENV_API_CA_PATH: str(work / "ca.crt"),
-            contract.ENV_NAMESPACE: NAMESPACE,
+            contract.ENV_NAMESPACE: namespace,
             contract.ENV_STATEFULSET: STATEFULSET,
             contract.ENV_POD_NAME: pod,
         }
 
     return make
+
+
+@pytest.fixture(scope="module")
+def worker_env(tmp_path_factory: pytest.TempPathFactory, kube: Kube) -> Callable[[str], dict]:
+    return make_worker_env(tmp_path_factory.mktemp("worker-api"), kube, NAMESPACE)
 
 
 def _pods(kube: Kube) -> list[dict]:
@@ -96,59 +96,6 @@ def test_workers_may_make_exactly_the_trainer_calls(
     assert kube.can_i(verb, resource, "-n", NAMESPACE, who) is allowed, f"{verb} {resource}"
     scale = f"statefulsets.apps/{STATEFULSET}"
     assert kube.can_i("patch", scale, "--subresource=scale", "-n", NAMESPACE, who), "scale"
-
-
-def _scale_as_worker(env: dict[str, str], replicas: int) -> tuple[int, str]:
-    """PATCH the ``scale`` subresource the way the trainer does (``trainer/k8s.py``), with a
-    workers' ServiceAccount token: (HTTP status, body)."""
-    url = k8s.statefulset_url(env) + "/scale"
-    request = urllib.request.Request(
-        url,
-        data=json.dumps({"spec": {"replicas": replicas}}).encode(),
-        method="PATCH",
-        headers={
-            "Content-Type": k8s.MERGE_PATCH,
-            "Authorization": f"Bearer {Path(env[contract.ENV_API_TOKEN_PATH]).read_text().strip()}",
-        },
-    )
-    context = ssl.create_default_context(cafile=env[contract.ENV_API_CA_PATH])
-    try:
-        with urllib.request.urlopen(request, context=context, timeout=30) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-
-
-def test_a_worker_token_cannot_scale_beyond_zero(
-    deployed: Project, kube: Kube, worker_env: Callable[[str], dict]
-) -> None:
-    env = worker_env(f"{STATEFULSET}-0")
-    for replicas in (5000, 3, 1):
-        status, body = _scale_as_worker(env, replicas)
-        assert status == 403, f"a worker token scaled to {replicas}: {status} {body}"
-        # The ValidatingAdmissionPolicy's message, not RBAC's (the Role allows this patch).
-        assert "may only scale StatefulSet" in body and f"got {replicas}" in body, body
-    assert kube.get("statefulset.apps", STATEFULSET, NAMESPACE)["spec"]["replicas"] == 2
-
-
-def test_the_quota_refuses_a_worker_beyond_the_most_workers(deployed: Project, kube: Kube) -> None:
-    # As the deployer (not the workers): the count is allowed, the fourth pod is not.
-    kube.run("scale", f"statefulset/{STATEFULSET}", "-n", NAMESPACE, "--replicas=4")
-
-    def refused() -> str | None:
-        for event in kube.items("events", NAMESPACE):
-            if event.get("reason") == "FailedCreate" and "exceeded quota" in event["message"]:
-                return event["message"]
-        return None
-
-    message = kube.wait_for("the quota refusing a fourth worker", refused, 60)
-    assert f"{STATEFULSET}-3" in message, message
-    kube.wait_for("3 ready workers", lambda: kube.ready_replicas(STATEFULSET, NAMESPACE) == 3)
-    assert sorted(p["metadata"]["name"] for p in _pods(kube)) == [
-        f"{STATEFULSET}-{i}" for i in range(3)
-    ]
-    kube.run("scale", f"statefulset/{STATEFULSET}", "-n", NAMESPACE, "--replicas=2")
-    kube.wait_for("2 workers", lambda: len(_pods(kube)) == 2)
 
 
 def test_done_scales_to_zero_and_stays_without_diff(
