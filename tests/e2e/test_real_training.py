@@ -111,11 +111,20 @@ def test_workers_reach_each_other_by_stable_names_and_others_are_denied(
     )  # fmt: skip
     assert code == 0 and "connected" in out, f"worker 0 -> {peer}: {out}"
     # A pod without the workers' labels, in the workers' namespace: gRPC and metrics dropped.
-    # The namespace's quota has room for the workers only: one more pod, for this test alone.
-    quota = kube.get("resourcequota", "tfd-workers", NS)
-    one_more = {"pods": str(int(quota["spec"]["hard"]["pods"]) + 1)}
+    # The namespace's quota has room for the workers only: room for one more pod (count, CPU
+    # and memory), for this test alone, and exactly the stack's quota again afterwards.
+    hard = kube.get("resourcequota", "tfd-workers", NS)["spec"]["hard"]
+    roomy = {k: ("10" if k == "pods" else "100Gi" if "memory" in k else "100") for k in hard}
     kube.run("patch", "resourcequota", "tfd-workers", "-n", NS, "--type=merge", "-p",
-             json.dumps({"spec": {"hard": one_more}}))  # fmt: skip
+             json.dumps({"spec": {"hard": roomy}}))  # fmt: skip
+    try:
+        _intruder_is_denied(kube, peer)
+    finally:
+        kube.run("patch", "resourcequota", "tfd-workers", "-n", NS, "--type=merge", "-p",
+                 json.dumps({"spec": {"hard": hard}}))  # fmt: skip
+
+
+def _intruder_is_denied(kube: Kube, peer: str) -> None:
     realnode.apply(kube, realnode.busybox_pod("intruder", NS, "sleep 3600"))
     realnode.running(kube, "intruder", NS)
     code, out = realnode.exec_in(kube, "intruder", NS, f"nslookup {peer}")
@@ -129,8 +138,6 @@ def test_workers_reach_each_other_by_stable_names_and_others_are_denied(
         f"{STS}-1 serves no metrics on {contract.DEFAULT_METRICS_PORT}: the refusal proves nothing"
     )
     kube.run("delete", "pod", "intruder", "-n", NS, "--grace-period=1", "--wait=true")
-    kube.run("patch", "resourcequota", "tfd-workers", "-n", NS, "--type=merge", "-p",
-             json.dumps({"spec": {"hard": quota["spec"]["hard"]}}))  # fmt: skip
 
 
 def test_metrics_through_the_service_carry_the_documented_series(
