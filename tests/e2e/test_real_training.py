@@ -26,7 +26,9 @@ pytestmark = pytest.mark.real_node
 NS = "tfd-real"
 STS = "tfd-worker"
 SERVICE = "tfd-workers"
-EPOCHS, STEPS_PER_EPOCH, CHECKPOINT_EVERY = 3, 100, 25
+EPOCHS, STEPS_PER_EPOCH, CHECKPOINT_EVERY = 12, 100, 25
+"""Long enough that the kill -9 below happens mid-run: at 3 epochs an idle machine once
+finished the run (300 steps in about 15 s) before the test could kill a worker."""
 TOTAL_STEPS = EPOCHS * STEPS_PER_EPOCH
 WORKERS = "app.kubernetes.io/component=worker,app.kubernetes.io/instance=tfd"
 FIGURES: dict[str, float] = {}
