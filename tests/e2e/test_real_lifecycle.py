@@ -29,9 +29,10 @@ pytestmark = [pytest.mark.real_node, pytest.mark.timeout(1500)]
 NS = "tfd-cycle"
 STS = "tfd-worker"
 STEPS_PER_EPOCH, CHECKPOINT_EVERY = 100, 20
-EPOCHS = 24
+EPOCHS = 36
 """Long enough for a rollout, a pod deletion and an HPA resize to happen mid-run: at 12 the run
-once finished (1,200 steps at 2 workers) before the HPA's resize, on a lightly loaded machine."""
+once finished (1,200 steps at 2 workers) before the HPA's resize, on a lightly loaded machine;
+an idle one trains about 20 steps a second, and the resize comes some 150 s after the start."""
 NEW_RUN_EPOCHS = 1
 HPA_WINDOW_S = 60
 """autoscalingScaleUpWindowSeconds, its minimum: the resize happens a minute after the target."""
