@@ -76,6 +76,9 @@ back from whoever set it last (the trainer's scale to zero, the HPA)."""
 CLAIM_SERVER_FIELDS = ("spec.volumeName", "spec.volumeMode")
 """Fields of the checkpoint claim that the cluster fills in (the bound volume, the default
 mode): ignored in diffs, so an imported claim is not replaced."""
+SIZE_PATCH_IGNORED = ("spec.replicas", "metadata.annotations")
+"""Fields of the size patch never diffed after its create (see :class:`Workers`): a new run
+target is a new patch resource, so nothing of an existing patch is ever applied again."""
 IMAGE_ID_ANNOTATION = "tf-distributed.io/image-id"
 """Pod-template annotation with the built image's ID/digest: a rebuilt image under the same tag
 (minikube) still changes the template and rolls the workers."""
@@ -476,8 +479,13 @@ class Workers(Component):
             **kwargs(size_patch_manifest(cfg)),
             opts=self.child_opts(
                 depends_on=[self.statefulset],
-                # A refresh reads back the live count (0 once finished): not a reason to apply.
-                ignore_changes=["spec.replicas"],
+                # spec.replicas: a refresh reads back the live count (0 once finished), not a
+                # reason to apply. metadata.annotations: the provider records as the patch's
+                # live state the StatefulSet its awaiter saw, which can be a cached copy from
+                # before the apply (an annotation-only apply leaves the generation as it was),
+                # so a diff against it would re-apply the patch on every preview. The
+                # annotations change only with the run target, which renames the patch.
+                ignore_changes=list(SIZE_PATCH_IGNORED),
             ),
         )
         kubernetes.policy.v1.PodDisruptionBudget(
