@@ -245,6 +245,9 @@ def test_release_installs_and_operator_prometheus_alertmanager_are_ready(
     assert operator and operator["status"].get("readyReplicas") == 1, (
         operator and operator["status"]
     )
+    # The program's default chart version is the one installed (the stack sets no version).
+    chart_label = operator["metadata"]["labels"].get("chart")
+    assert chart_label == f"{monitoring.CHART_NAME}-{monitoring.DEFAULT_CHART_VERSION}", chart_label
     pods = kube.items("pods", MON)
     running = {
         c["image"]

@@ -735,6 +735,8 @@ def test_declared_defaults_are_the_components_defaults() -> None:
     declared = project_declarations()
     assert declared["monitoringChartRepository"].default == monitoring.CHART_REPO
     assert declared["monitoringAlertForMinutes"].default == alerts.AlertThresholds().for_minutes
+    # Production alerts keep their 5-minute `for`; only the e2e stack shortens it.
+    assert alerts.AlertThresholds().for_minutes == 5, "the production default `for` changed"
     assert declared["monitoringValuesFile"].default == ""
 
 

@@ -184,6 +184,33 @@ def test_a_missing_dependency_is_refused(tmp_path: Path) -> None:
         monitoring_chart.packaged_files(Chart(tmp_path / "charts" / "parent"))
 
 
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        # What `go mod download -json` prints: the snapshot altered, or refused.
+        ({"Dir": "/m", "Sum": "h1:other="}, r"sum h1:other= differs from MONITORING_CHARTS_SUM"),
+        ({"Error": "reading: 403 Forbidden"}, r"go mod download .*403 Forbidden"),
+    ],
+)
+def test_a_snapshot_that_is_not_the_pinned_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch, answer: dict[str, str], message: str
+) -> None:
+    import json
+    import subprocess
+
+    def download(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        assert cmd[:3] == ["go", "mod", "download"], cmd
+        return subprocess.CompletedProcess(cmd, 0, json.dumps(answer), "")
+
+    monkeypatch.setattr(monitoring_chart.subprocess, "run", download)
+    monitoring_chart.module_dir.cache_clear()
+    try:
+        with pytest.raises(ChartError, match=message):
+            monitoring_chart.module_dir()
+    finally:
+        monitoring_chart.module_dir.cache_clear()
+
+
 def test_packaging_is_reproducible(tmp_path: Path) -> None:
     _chart_dir(tmp_path, "parent", "1.0.0", [{"name": "grafana", "version": "9.9.9"}])
     first = monitoring_chart.package(tmp_path / "a", Chart(tmp_path / "charts" / "parent"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -64,6 +65,8 @@ def test_build_script_links_every_binary_the_images_need() -> None:
     for build in monitoring_chart.images():
         for command in build.commands:
             name = monitoring_images.binary(command, Path("/b")).name
-            assert f"bin/{name}" in script or f" {name}" in script, (
-                f"tools/build-monitoring.sh does not build {name} for {build.reference}"
+            # Each binary is a `go build -o` output: bin/NAME or "$dir/bin/NAME".
+            assert re.search(rf"-o (\S*/)?bin/{re.escape(name)}\"?(\s|$)", script), (
+                f"tools/build-monitoring.sh has no `go build -o .../bin/{name}` for "
+                f"{build.reference}"
             )
