@@ -218,22 +218,30 @@ def save(
 
     Raises:
         CheckpointError: the save failed (``no space left on <dir>`` for a full volume); the
-            state file still names the previous checkpoint, and what the failed save left is
-            deleted.
+            state file still names the previous checkpoint (the line names it), and what the
+            failed save left is deleted.
     """
     import tensorflow as tf
 
     t0 = time.time()
     step_var.assign(step)
+    listed = set(manager.checkpoints)
+    previous = manager.latest_checkpoint
     try:
         path = manager.save(checkpoint_number=step)
     except (tf.errors.OpError, OSError) as err:
         # CheckpointManager writes the state file only after the checkpoint's files, so the
-        # state still names the previous checkpoint: a restart resumes from there.
-        _discard(manager, step)
+        # state still names the previous checkpoint: a restart resumes from there. The
+        # manager's own list is no guide: it adds the new checkpoint before it writes the state
+        # file, so a state write that failed leaves it naming a checkpoint the disk does not.
+        latest = _latest_on_disk(manager.directory, previous)
+        _discard(manager, step, keep=listed | {latest})
         failed = write_error(err, manager.directory, f"the checkpoint of step {step}")
-        previous = manager.latest_checkpoint or "none"
-        raise CheckpointError(f"{failed}; the latest checkpoint is still {previous}") from None
+        prefix = join(manager.directory, f"{CHECKPOINT_NAME}-{step}")
+        still = "is" if latest == prefix else "is still"  # only the state's second write failed
+        raise CheckpointError(
+            f"{failed}; the latest checkpoint {still} {latest or 'none'}"
+        ) from None
     if temp_dir:
         shutil.rmtree(temp_dir, ignore_errors=True)
     metrics.checkpointed(step)
@@ -242,16 +250,28 @@ def save(
         log.event("checkpoint", step=step, path=path, seconds=round(time.time() - t0, 3))
 
 
-def _discard(manager: Any, step: int) -> None:
-    """Delete what a failed save of ``step`` left (its files, TensorFlow's ``_temp``
-    directory), unless the manager lists that checkpoint; best effort: it frees the space a
-    full volume needs for the next save."""
+def _latest_on_disk(directory: str, fallback: str | None) -> str | None:
+    """The checkpoint the state file names now (``fallback`` when it cannot be read)."""
+    import tensorflow as tf
+
+    try:
+        return tf.train.latest_checkpoint(directory)
+    except Exception:  # noqa: BLE001 - reporting a failure must not raise another one
+        return fallback
+
+
+def _discard(manager: Any, step: int, keep: set[str | None]) -> None:
+    """Delete what a failed save of ``step`` left: TensorFlow's ``_temp`` directory, the state
+    file's temporary copies (``checkpoint.tmp<hex>``, from a state write that failed) and,
+    unless ``keep`` holds that checkpoint (the state file lists it), its files. Best effort: it
+    frees the space a full volume needs for the next save."""
     prefix = join(manager.directory, f"{CHECKPOINT_NAME}-{step}")
-    if prefix in manager.checkpoints:
-        return
     fs = gfile()
     try:
-        for leftover in fs.glob(prefix + ".*") + fs.glob(prefix + "_temp*"):
+        patterns = [prefix + "_temp*", join(manager.directory, "checkpoint.tmp*")]
+        if prefix not in keep:
+            patterns.append(prefix + ".*")
+        for leftover in [path for pattern in patterns for path in fs.glob(pattern)]:
             if fs.isdir(leftover):
                 fs.rmtree(leftover)
             else:

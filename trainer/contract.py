@@ -98,6 +98,12 @@ ENV_SUPERVISOR_PAUSE_SECONDS = "TFD_SUPERVISOR_PAUSE_SECONDS"
 ENV_WORKER_HOSTS = "TFD_WORKER_HOSTS"
 """Local runs only (never set in a cluster): comma-separated ``host:port`` per worker that
 replace the DNS-derived addresses, so N processes on one machine can use loopback ports."""
+ENV_LAUNCH_ID = "TFD_LAUNCH_ID"
+"""Local runs only (never set in a cluster): a token ``trainer.local`` draws once per launch and
+gives every worker of it (the same across its restarts). The chief adds it to its lease's holder
+(``trainer.lease.holder_identity``), so two launches of one run id on one host, which have the
+same pod names, are two holders; in a cluster the StatefulSet's ``metadata.uid`` plays this
+part. Unset: the holder is the pod name and host alone."""
 ENV_TF_CONFIG = "TF_CONFIG"
 """An explicit ``TF_CONFIG`` always wins over the derived one."""
 
@@ -177,7 +183,8 @@ API_CALLS: tuple[ApiCall, ...] = (
 """Every API request the trainer's adapter (``trainer/k8s.py``) can make, and nothing else (a
 test checks it). The Role grants exactly these, on the names :func:`api_resource_names` gives:
 
-- ``get statefulsets`` (its own StatefulSet): live ``spec.replicas`` and ``status.updateRevision``;
+- ``get statefulsets`` (its own StatefulSet): live ``spec.replicas``, ``status.updateRevision``
+  and ``metadata.uid`` (the token of the chief's lease holder);
 - ``patch statefulsets/scale`` (its own StatefulSet): ``--on-done scale-to-zero``;
 - ``delete pods`` (``<statefulset>-0`` .. ``<statefulset>-<max-1>``): a worker deletes its own
   pod after a rollout stop, so the controller recreates it from the new template.

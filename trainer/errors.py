@@ -19,7 +19,11 @@ EXIT_CONTRACT = 3
 EXIT_DATA = 4
 """The dataset cannot be read or has the wrong shape."""
 EXIT_CHECKPOINT = 5
-"""A checkpoint exists but cannot be restored (corrupt or incompatible)."""
+"""The run directory failed: no checkpoint restores (corrupt or saved by another model; an
+intact older one is used first), the directory cannot be read, or a write into it failed (a
+checkpoint, the final model, ``summary.json``, ``DONE``, the run manifest or the chief's lease;
+``no space left on <path>`` for a full volume or quota). A failed checkpoint save leaves the
+previous checkpoint the latest."""
 EXIT_MODEL = 6
 """The ``--model module:function`` builder cannot be imported or returns no model."""
 EXIT_API = 7
@@ -28,16 +32,22 @@ message names the URL and the HTTP status (403: the Role lacks ``contract.API_CA
 EXIT_DIVERGED = 8
 """The training loss is not finite (NaN or infinity): training stopped before saving anything
 after that step, so the latest checkpoint is still a good one. A restart from it would diverge
-again at the same place: change the learning rate or the data."""
+again at the same place: change the learning rate or the data, under a new run id (the run
+manifest records both)."""
 EXIT_RUN_CONFLICT = 9
 """The run directory belongs to another run or another live chief: its run manifest records
 settings that change the result, or another holder's lease has not expired (``trainer.manifest``,
 ``trainer.lease``). The line names the fields (old -> new) or the holder and the expiry; nothing
 was written. Use a new run id, or wait for the lease to expire."""
 EXIT_PEER_LOST = 75
-"""A peer died or a collective timed out: restart every worker (EX_TEMPFAIL)."""
+"""A peer died or a collective timed out, or the cluster did not form in time (a peer that does
+not resolve or answer within ``placement.FORM_TIMEOUT_S``, a registration with the chief that
+timed out): restart every worker (EX_TEMPFAIL)."""
 EXIT_RESTART = 76
-"""Preempted (SIGTERM) or the world size changed: a checkpoint was written, restart me."""
+"""Stopped on purpose, restart me: preempted (SIGTERM), the world size changed, or a rollout.
+A worker that was training saved a checkpoint at the stop step first; one stopped before
+training began (SIGTERM while waiting to be admitted, for its peers or for the API, or an
+outdated pod leaving for a rollout at start) had nothing to save."""
 EXIT_NOT_ADMITTED = 77
 """The running cluster has no place for this worker yet: it joined a resize before the others
 stopped for the new world size. Try again after a pause (the supervisor's waiting restart)."""
@@ -62,8 +72,9 @@ class ContractError(TrainerError):
 
 
 class ApiUnreachableError(ContractError):
-    """The StatefulSet read found no answer (connection, DNS, timeout) or a 429/5xx one: worth
-    another try, unlike a 403 or a malformed answer."""
+    """The StatefulSet read found no answer (connection, DNS, timeout), an answer cut short or
+    garbled on the wire (``http.client.HTTPException``, e.g. ``IncompleteRead``) or a 429/5xx
+    one: worth another try, unlike a 403 or a complete answer that is malformed."""
 
 
 class DataError(TrainerError):
@@ -73,7 +84,8 @@ class DataError(TrainerError):
 
 
 class CheckpointError(TrainerError):
-    """A checkpoint exists but cannot be restored."""
+    """No checkpoint restores, or the run directory cannot be read or written (see
+    :data:`EXIT_CHECKPOINT`)."""
 
     exit_code = EXIT_CHECKPOINT
 
@@ -91,7 +103,8 @@ class ApiError(TrainerError):
 
 
 class PeerLostError(TrainerError):
-    """A collective failed because a peer stopped answering (heartbeat or collective timeout)."""
+    """A collective failed because a peer stopped answering (heartbeat or collective timeout),
+    or the cluster did not form in time."""
 
     exit_code = EXIT_PEER_LOST
 
@@ -104,7 +117,8 @@ class NotAdmittedError(TrainerError):
 
 
 class RestartRequested(TrainerError):  # noqa: N818 - a request, not a failure
-    """Training stopped at a checkpoint on purpose (SIGTERM, new world size); restart to resume."""
+    """The worker stopped on purpose (SIGTERM, new world size), at a checkpoint if it was
+    training; restart to resume (see :data:`EXIT_RESTART`)."""
 
     exit_code = EXIT_RESTART
 

@@ -1,7 +1,7 @@
 """The trainer's Kubernetes API adapter: exactly the requests of ``contract.API_CALLS``.
 
-- GET its StatefulSet: live ``spec.replicas`` (``TFD_REPLICAS_SOURCE=api``) and
-  ``status.updateRevision`` (rollouts);
+- GET its StatefulSet: live ``spec.replicas`` (``TFD_REPLICAS_SOURCE=api``),
+  ``status.updateRevision`` (rollouts) and ``metadata.uid`` (the chief's lease holder);
 - PATCH the StatefulSet's ``scale`` subresource to 0 replicas (``--on-done scale-to-zero``);
 - DELETE its own pod (after a rollout stop, so the controller recreates it).
 
@@ -36,6 +36,10 @@ class StatefulSetState:
     """``spec.replicas``."""
     update_revision: str
     """``status.updateRevision`` (``""`` when the controller has not set it yet)."""
+    uid: str = ""
+    """``metadata.uid``: new only when the StatefulSet is created again (a new deployment), the
+    same for every pod it recreates; part of the chief's lease holder (``trainer.lease``).
+    ``""`` when the answer has none."""
 
 
 def _base(env: Mapping[str, str]) -> str:
@@ -143,7 +147,8 @@ def _failure(err: Exception) -> tuple[bool, str]:
 
 
 def statefulset_state(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> StatefulSetState:
-    """``spec.replicas`` and ``status.updateRevision`` of this worker's StatefulSet.
+    """``spec.replicas``, ``status.updateRevision`` and ``metadata.uid`` of this worker's
+    StatefulSet.
 
     Raises:
         ApiUnreachableError: no answer (connection, DNS, timeout), an answer cut short, or HTTP
@@ -162,7 +167,12 @@ def statefulset_state(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> 
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise ContractError(f"GET {url}: spec.replicas must be an integer >= 1; got {replicas!r}")
     revision = (doc.get("status") or {}).get("updateRevision") or ""
-    return StatefulSetState(replicas, revision if isinstance(revision, str) else "")
+    uid = (doc.get("metadata") or {}).get("uid") or ""
+    return StatefulSetState(
+        replicas,
+        revision if isinstance(revision, str) else "",
+        uid.strip() if isinstance(uid, str) else "",
+    )
 
 
 def scale_to_zero(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> str:

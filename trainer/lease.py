@@ -12,9 +12,11 @@ neither object store and are unreliable on some NFS servers).
 The rules:
 
 - A chief takes the lease when there is none, when it has expired, or when it names this
-  chief's own holder identity (:func:`holder_identity`: namespace, pod name and host). An
-  in-place restart by the supervisor, or the StatefulSet's recreated ``<sts>-0`` (same name),
-  therefore takes its lease back at once.
+  chief's own holder identity (:func:`holder_identity`: namespace, pod name, host and the
+  deployment's token). An in-place restart by the supervisor, or the StatefulSet's recreated
+  ``<sts>-0`` (same name, same StatefulSet), therefore takes its lease back at once, while the
+  same pod name in another deployment (a second StatefulSet on another cluster sharing the
+  bucket, a second ``trainer.local`` launch of the run id on one host) is another holder.
 - A live lease of another holder refuses the start: :class:`~trainer.errors.RunConflictError`
   (exit 9), one line naming the holder and when the lease expires; nothing is written.
 - The holder renews it every :data:`RENEW_SECONDS` from a thread; it expires
@@ -47,6 +49,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainer import contract
+from trainer.checkpoints import write_error
 from trainer.errors import EXIT_RUN_CONFLICT, CheckpointError, RunConflictError
 from trainer.logs import Log
 
@@ -97,21 +100,35 @@ def read_text(path: str) -> str | None:
         raise CheckpointError(f"{path}: cannot read: {err}") from None
 
 
-def write_text(path: str, text: str, tag: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file named with ``tag``, then rename:
-    readers see the old or the new content, and two writers never share a temporary file."""
+def write_text(path: str, text: str, tag: str, what: str) -> None:
+    """Write ``text`` (``what`` it is, for the error line) to ``path`` through a temporary file
+    named with ``tag``, then rename: readers see the old or the new content, and two writers
+    never share a temporary file.
+
+    Raises:
+        CheckpointError: the write failed (exit 5): ``no space left on <path>: <what> not
+            written`` for a full volume or quota, else ``<path>: cannot write <what>: ...``;
+            ``path`` keeps its old content and the temporary file is deleted.
+    """
     tmp = f"{path}.{re.sub(r'[^A-Za-z0-9_.-]', '_', tag)}.tmp"
-    if is_local(path):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
+    try:
+        if is_local(path):
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+            return
+        fs = gfile()
+        fs.makedirs(path.rsplit("/", 1)[0])
+        with fs.GFile(tmp, "w") as f:
             f.write(text)
-        os.replace(tmp, path)
-        return
-    fs = gfile()
-    fs.makedirs(path.rsplit("/", 1)[0])
-    with fs.GFile(tmp, "w") as f:
-        f.write(text)
-    fs.rename(tmp, path, overwrite=True)
+        fs.rename(tmp, path, overwrite=True)
+    except Exception as err:  # noqa: BLE001 - OSError or tf.errors.OpError (tf imported lazily)
+        # A traceback and exit 1 before; the half-written temporary file would hold on to the
+        # space a full volume needs (best effort: the write's error is the one reported).
+        with contextlib.suppress(Exception):
+            remove(tmp)
+        raise write_error(err, path, what) from None
 
 
 def remove(path: str) -> None:
@@ -128,13 +145,20 @@ def remove(path: str) -> None:
 # --- The lease. ----------------------------------------------------------------------------------
 
 
-def holder_identity(env: Mapping[str, str]) -> str:
-    """``<namespace>/<pod name>@<host>``: the same for every restart of one pod, and for the pod
-    the StatefulSet recreates under the same name; local workers carry the launcher's names.
-    Without a pod name (an explicit ``TF_CONFIG``) the process id stands in."""
+def holder_identity(env: Mapping[str, str], deployment: str = "") -> str:
+    """``<namespace>/<pod name>@<host>#<token>``: the same for every restart of one pod, and for
+    the pod the StatefulSet recreates under the same name; local workers carry the launcher's
+    names. Without a pod name (an explicit ``TF_CONFIG``) the process id stands in.
+
+    The token tells deployments apart that give the chief the same names: ``deployment``, the
+    StatefulSet's ``metadata.uid`` (``trainer.k8s``; new only when the StatefulSet is created
+    again), else the launch's :data:`~trainer.contract.ENV_LAUNCH_ID` (``trainer.local``).
+    With neither (no API access, its read failed) there is no ``#<token>``: chiefs with the
+    same names are then one holder, as before tokens existed."""
     names = [env.get(k, "").strip() for k in (contract.ENV_NAMESPACE, contract.ENV_POD_NAME)]
     who = "/".join(n for n in names if n) or f"pid-{os.getpid()}"
-    return f"{who}@{socket.gethostname()}"
+    token = deployment.strip() or env.get(contract.ENV_LAUNCH_ID, "").strip()
+    return f"{who}@{socket.gethostname()}" + (f"#{token}" if token else "")
 
 
 def utc(seconds: float) -> str:
@@ -210,7 +234,7 @@ class Lease:
     def _write(self) -> LeaseRecord:
         now = self.clock()
         record = LeaseRecord(self.holder, now + self.ttl_seconds, now)
-        write_text(self.path, record.to_text(), self._tag)
+        write_text(self.path, record.to_text(), self._tag, "the chief's lease")
         return record
 
     def _held_by_other(self, current: LeaseRecord) -> str:
@@ -228,7 +252,8 @@ class Lease:
         Raises:
             RunConflictError: another holder's lease has not expired (nothing was written), or
                 another chief took the free lease at the same moment and won.
-            CheckpointError: the directory cannot be read.
+            CheckpointError: the directory cannot be read, or the lease cannot be written
+                (``no space left on <lease path>`` for a full volume).
         """
         current = self.read()
         now = self.clock()

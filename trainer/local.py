@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -111,17 +112,28 @@ def free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in socks]
 
 
+def new_launch_id() -> str:
+    """A fresh :data:`~trainer.contract.ENV_LAUNCH_ID` (16 hex digits)."""
+    return secrets.token_hex(8)
+
+
 def worker_envs(
     workers: int,
     checkpoint_dir: str,
     base: Mapping[str, str] | None = None,
     statefulset: str = STATEFULSET,
+    launch_id: str = "",
 ) -> list[dict[str, str]]:
-    """The contract environment of each local worker, with fresh loopback ports."""
+    """The contract environment of each local worker, with fresh loopback ports; ``launch_id``
+    (:data:`~trainer.contract.ENV_LAUNCH_ID`) for every worker when given. One inherited from
+    ``base`` is dropped: it belongs to another launch."""
     ports = free_ports(2 * workers)
     grpc, metrics = ports[:workers], ports[workers:]
     env = dict(base if base is not None else os.environ)
     env.pop(contract.ENV_TF_CONFIG, None)
+    env.pop(contract.ENV_LAUNCH_ID, None)
+    if launch_id:
+        env[contract.ENV_LAUNCH_ID] = launch_id
     env.setdefault("TF_USE_LEGACY_KERAS", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["PYTHONUNBUFFERED"] = "1"
@@ -172,7 +184,8 @@ class LocalCluster:
     """N trainer processes on loopback with the contract environment; one attempt.
 
     ``module`` is what each process runs: ``trainer`` (default), or ``trainer.supervisor``, the
-    image's entrypoint, which restarts the trainer in place on exit 75/76/77.
+    image's entrypoint, which restarts the trainer in place on exit 75/76/77. ``launch_id`` goes
+    to every worker of every attempt (:func:`worker_envs`); the launcher draws one per launch.
     """
 
     def __init__(
@@ -184,8 +197,10 @@ class LocalCluster:
         python: str = sys.executable,
         extra_env: Mapping[str, str] | None = None,
         module: str = contract.TRAINER_MODULE,
+        launch_id: str = "",
     ) -> None:
         self.extra_env = dict(extra_env or {})
+        self.launch_id = launch_id
         self.module = module
         self.workers = workers
         self.checkpoint_dir = checkpoint_dir
@@ -196,7 +211,7 @@ class LocalCluster:
         self._lock = threading.Lock()
 
     def start(self) -> list[WorkerProcess]:
-        envs = worker_envs(self.workers, self.checkpoint_dir)
+        envs = worker_envs(self.workers, self.checkpoint_dir, launch_id=self.launch_id)
         self.procs = []
         for i, env in enumerate(envs):
             env.update(self.extra_env)
@@ -372,7 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(root).mkdir(parents=True, exist_ok=True)
 
     interrupted = threading.Event()
-    cluster = LocalCluster(args.workers, root, rest, out=sys.stdout)
+    # One launch id for all attempts: a restarted chief takes its lease back at once, while a
+    # second launch of the same run id (same pod names, same host) is another holder.
+    cluster = LocalCluster(args.workers, root, rest, out=sys.stdout, launch_id=new_launch_id())
 
     def on_signal(signum: int, _frame: Any) -> None:
         interrupted.set()

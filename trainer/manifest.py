@@ -4,9 +4,11 @@
 (holding the lease, :mod:`trainer.lease`), just before its first checkpoint could exist. Its
 fields are of two kinds:
 
-- :data:`RESULT_FIELDS` change what the run computes: the deployment (Pulumi project, stack,
-  app) and run id, the dataset's fingerprint (:func:`dataset_fingerprint`), the model (builder,
-  loss, classes) and the seed. A later start that differs in any of them is refused before
+- :data:`RESULT_FIELDS` change what the run computes or reports: the deployment (Pulumi
+  project, stack, app) and run id, the dataset's fingerprint (:func:`dataset_fingerprint`), the
+  model (builder, loss, classes), the seed, the learning rate and its scaling rule, the steps
+  per epoch as given (``--steps-per-epoch``; 0 is recorded as "from the data") and the
+  evaluation dataset's fingerprint. A later start that differs in any of them is refused before
   anything is written: :class:`~trainer.errors.RunConflictError` (exit 9), one line naming each
   differing field as ``old -> new``. Every worker checks, the chief and the others alike, before
   the ``DONE`` check (a finished run started with another dataset is refused too, not reported
@@ -16,6 +18,14 @@ fields are of two kinds:
   the autoscaler and the step is converted), the precision (checkpoints restore across it) and
   the image (a new image is a rollout of the same run). A start that differs logs them in its
   ``run_manifest`` event (``changed``: field -> [recorded, now]).
+
+The steps per epoch are a result field although the epochs are not: epoch ``e`` is the shard
+shuffled with seed ``seed + e`` and cut to that many batches, and a resumed worker goes on at
+step ``step % steps_per_epoch`` of epoch ``step // steps_per_epoch`` (``trainer.data``). Another
+value puts the steps already trained at other places of the data order (examples seen twice or
+never) and moves every epoch's evaluation; more epochs only append epochs. The flag is recorded,
+not the count derived from it, so the world size (which changes a derived count, and the
+converted step with it) stays free.
 
 A run directory without a manifest (a new run, or one from an earlier version) is accepted and
 gets one from its next training chief. Imports no TensorFlow at import time, and a check
@@ -43,7 +53,19 @@ from trainer.logs import Log
 
 MANIFEST_FILE = "manifest.json"
 VERSION = 1
-RESULT_FIELDS: tuple[str, ...] = ("project", "stack", "app", "run_id", "dataset", "model", "seed")
+RESULT_FIELDS: tuple[str, ...] = (
+    "project",
+    "stack",
+    "app",
+    "run_id",
+    "dataset",
+    "model",
+    "seed",
+    "learning_rate",
+    "learning_rate_scaling",
+    "steps_per_epoch",
+    "eval_dataset",
+)
 """A later start that differs in one of these is refused (exit 9)."""
 INFO_FIELDS: tuple[str, ...] = ("epochs", "global_batch", "precision", "image")
 """Recorded at the first start; a difference is logged, never refused (module docstring)."""
@@ -78,7 +100,28 @@ def dataset_fingerprint(
     Raises:
         DataError: the spec names no file, or the files cannot be listed or read.
     """
-    spec = config.dataset
+    out = _fingerprint(config.dataset, config.synthetic_examples, config.seed, recorded)
+    if config.eval_split:
+        out["eval_split"] = config.eval_split
+    return out
+
+
+def eval_fingerprint(config: Config, recorded: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What identifies ``--eval-dataset``, as :func:`dataset_fingerprint` does the training
+    data (a synthetic one is drawn with ``seed + 1``, as ``trainer.train`` loads it); without
+    one, ``{"spec": ""}``. Its figures are the run's reported evaluation result.
+
+    Raises:
+        DataError: the spec names no file, or the files cannot be listed or read.
+    """
+    if not config.eval_dataset:
+        return {"spec": ""}
+    return _fingerprint(config.eval_dataset, config.synthetic_examples, config.seed + 1, recorded)
+
+
+def _fingerprint(
+    spec: str, examples: int, seed: int, recorded: Mapping[str, Any] | None
+) -> dict[str, Any]:
     if recorded is not None and recorded.get("spec") == spec:
         synthetic, files = "examples" in recorded, "files" in recorded
     else:
@@ -88,11 +131,9 @@ def dataset_fingerprint(
         files = not synthetic and spec != data.MNIST
     out: dict[str, Any] = {"spec": spec}
     if synthetic:
-        out.update(examples=config.synthetic_examples, seed=config.seed)
+        out.update(examples=examples, seed=seed)
     elif files:
         out.update(_files_fingerprint(spec))
-    if config.eval_split:
-        out["eval_split"] = config.eval_split
     return out
 
 
@@ -145,24 +186,30 @@ def wanted(
     config: Config, env: Mapping[str, str], recorded: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """This start's manifest, without the fields only known once training is set up
-    (``global_batch``, ``precision``). Reads the dataset's files (:func:`dataset_fingerprint`;
-    ``recorded``: the manifest on disk, if any)."""
-    recorded_data = (recorded or {}).get("dataset")
+    (``global_batch``, ``precision``). Reads the datasets' files (:func:`dataset_fingerprint`,
+    :func:`eval_fingerprint`; ``recorded``: the manifest on disk, if any)."""
+
+    def of(field: str) -> dict[str, Any] | None:
+        value = (recorded or {}).get(field)
+        return value if isinstance(value, dict) else None
+
     return {
         "version": VERSION,
         "project": env.get(contract.ENV_PROJECT, "").strip(),
         "stack": env.get(contract.ENV_STACK, "").strip(),
         "app": env.get(contract.ENV_APP, "").strip(),
         "run_id": contract.run_id_from_env(env),
-        "dataset": dataset_fingerprint(
-            config, recorded_data if isinstance(recorded_data, dict) else None
-        ),
+        "dataset": dataset_fingerprint(config, of("dataset")),
         "model": {
             "builder": config.model or DEFAULT_MODEL,
             "loss": config.loss or DEFAULT_LOSS,
             "num_classes": config.num_classes or FROM_DATA,
         },
         "seed": config.seed,
+        "learning_rate": config.learning_rate,
+        "learning_rate_scaling": config.learning_rate_scaling,
+        "steps_per_epoch": config.steps_per_epoch or FROM_DATA,
+        "eval_dataset": eval_fingerprint(config, of("eval_dataset")),
         "epochs": config.epochs,
         "image": env.get(contract.ENV_IMAGE, "").strip(),
     }
@@ -220,14 +267,20 @@ class RunGuard:
 
     Use: :meth:`check` (every worker, read-only), then ``with guard.training(is_chief):``
     around the training, inside which the chief calls :meth:`record` once the global batch and
-    precision are known and :meth:`verify` before the final files."""
+    precision are known and :meth:`verify` before the final files.
 
-    def __init__(self, root: str, config: Config, env: Mapping[str, str], log: Log) -> None:
+    ``deployment``: the token of the chief's lease holder (``trainer.lease.holder_identity``),
+    the StatefulSet's ``metadata.uid`` when the worker read it at start."""
+
+    def __init__(
+        self, root: str, config: Config, env: Mapping[str, str], log: Log, deployment: str = ""
+    ) -> None:
         self.root = root.rstrip("/")
         self.path = f"{self.root}/{MANIFEST_FILE}"
         self.config = config
         self.env = env
         self.log = log
+        self.deployment = deployment
         self.recorded: dict[str, Any] | None = None
         self._wanted: dict[str, Any] | None = None
         self._lease: Lease | None = None
@@ -271,7 +324,7 @@ class RunGuard:
         if not is_chief:
             yield
             return
-        lease = Lease(self.root, holder_identity(self.env), self.log)
+        lease = Lease(self.root, holder_identity(self.env, self.deployment), self.log)
         lease.acquire()
         self._lease = lease
         try:
@@ -283,14 +336,19 @@ class RunGuard:
 
     def record(self, global_batch: int, precision: str) -> None:
         """The chief writes the manifest at the run's first start; later starts log what
-        changed among :data:`INFO_FIELDS`. Other workers do nothing."""
+        changed among :data:`INFO_FIELDS`. Other workers do nothing.
+
+        Raises:
+            CheckpointError: the manifest cannot be written (exit 5; ``no space left on
+                <manifest path>`` for a full volume).
+        """
         if self._lease is None:
             return
         now = {**self.wanted(), "global_batch": global_batch, "precision": precision}
         if self.recorded is None:
             doc = {**now, "created_utc": utc(time.time()), "created_by": self._lease.holder}
             text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
-            write_text(self.path, text, self._lease.holder)
+            write_text(self.path, text, self._lease.holder, "the run manifest")
             self.recorded = doc
             self.log.event("run_manifest", path=self.path, state="written")
             return

@@ -3,9 +3,11 @@
 A run is its checkpoint directory (``TFD_CHECKPOINT_DIR=<root>/<run id>``). The chief writes
 ``DONE`` last, as one JSON line: the run id, the final step, and the epochs, steps per epoch and
 global batch that step counts. A finished run stays finished, with one exception: the requested
-total steps exceed the final step recorded (``--epochs`` raised with the same run id, or a larger
-explicit ``--steps-per-epoch``); the workers then resume from the last checkpoint and write
-``DONE`` and ``summary.json`` again at the end. Imports no TensorFlow at import time.
+total steps exceed the final step recorded (``--epochs`` raised with the same run id; another
+``--steps-per-epoch`` is refused before this by the run manifest, ``trainer.manifest``, and
+continues only a run from before the manifest existed); the workers then resume from the last
+checkpoint and write ``DONE`` and ``summary.json`` again at the end. Imports no TensorFlow at
+import time.
 """
 
 from __future__ import annotations

@@ -380,7 +380,8 @@ class Worker:
                     raise DivergedError(
                         f"training diverged in steps {step - k + 1}-{step}: loss "
                         f"{loss_sum / max(count, 1):g}{weights}; nothing saved after step "
-                        f"{step - k}; lower --learning-rate or look for NaN/Inf in the data"
+                        f"{step - k}; lower --learning-rate (a new run id: the run manifest "
+                        "records the rate) or look for NaN/Inf in the data"
                     )
                 interval = (loss_sum, correct, count)
                 epoch_sums = [a + b for a, b in zip(epoch_sums, interval, strict=True)]

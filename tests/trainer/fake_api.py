@@ -24,13 +24,15 @@ class Seen:
 
 @dataclass
 class FakeApi:
-    """``replicas``/``update_revision`` feed the StatefulSet GET; ``status`` maps a method to the
+    """``replicas``/``update_revision``/``uid`` feed the StatefulSet GET (no ``metadata`` while
+    ``uid`` is empty); ``status`` maps a method to the
     HTTP status it answers (default 200); a method in ``cut_short`` gets its answer truncated
     (the full ``Content-Length``, half the body, then the connection closes: the client's
     ``http.client.IncompleteRead``); ``seen`` lists the requests."""
 
     replicas: int = 1
     update_revision: str = ""
+    uid: str = ""
     status: dict[str, int] = field(default_factory=dict)
     cut_short: set[str] = field(default_factory=set)
     seen: list[Seen] = field(default_factory=list)
@@ -63,6 +65,8 @@ class FakeApi:
                         "spec": {"replicas": api.replicas},
                         "status": {"updateRevision": api.update_revision},
                     }
+                    if api.uid:
+                        doc["metadata"] = {"uid": api.uid}
                 else:
                     doc = {"kind": "Scale" if self.command == "PATCH" else "Pod"}
                 body = json.dumps(doc).encode()

@@ -192,6 +192,63 @@ def test_save_errors_are_one_line(tmp_path: Path, err: Exception, expected: str)
     assert text.endswith("; the latest checkpoint is still none") and "\n" not in text, text
 
 
+def _state_write_fails(monkeypatch: pytest.MonkeyPatch, manager: object) -> None:
+    """The checkpoint's files are written, then the state file's write runs out of space half
+    way (TensorFlow's own code path: CheckpointManager adds the new checkpoint to its list
+    before that write, and atomic_write_string_to_file leaves its temporary file)."""
+    from tensorflow.python.lib.io import file_io
+
+    real = file_io.write_string_to_file
+
+    def write(path: str, contents: str) -> None:
+        if os.path.basename(path).startswith("checkpoint.tmp"):
+            real(path, contents[: len(contents) // 2])
+            raise tf.errors.ResourceExhaustedError(None, None, f"{path}; No space left on device")
+        real(path, contents)
+
+    monkeypatch.setattr(file_io, "write_string_to_file", write)
+
+
+def _data_write_fails(monkeypatch: pytest.MonkeyPatch, manager: object) -> None:
+    """The save stops while TensorFlow writes its ``ckpt-2_temp`` shards (real files), before
+    the checkpoint's own files and the state file."""
+    checkpoint = manager._checkpoint  # type: ignore[attr-defined]
+
+    def write(prefix: str, options: object = None) -> str:
+        tf.train.Checkpoint(w=tf.Variable([9.0, 9.0])).write(f"{prefix}_temp/part-00000-of-00001")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"{prefix}_temp")
+
+    monkeypatch.setattr(checkpoint, "_write", write)
+
+
+@pytest.mark.parametrize("fail", [_state_write_fails, _data_write_fails],
+                         ids=["state-file", "data-files"])  # fmt: skip
+def test_a_failed_save_leaves_the_latest_checkpoint_and_no_partial_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: object
+):
+    weights, step = tf.Variable([1.0, 1.0]), tf.Variable(0, dtype=tf.int64)
+    ckpt = tf.train.Checkpoint(w=weights, step=step)
+    manager, _ = checkpoints.manager(ckpt, str(tmp_path), True, 0)
+    checkpoints.save(manager, step, 1, "", Metrics(), Log(0, io.StringIO()), True)
+    directory = tmp_path / SUBDIR
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    weights.assign([2.0, 2.0])
+    fail(monkeypatch, manager)  # type: ignore[operator]
+    with pytest.raises(CheckpointError) as info:
+        checkpoints.save(manager, step, 2, "", Metrics(), Log(0, io.StringIO()), True)
+    assert info.value.exit_code == EXIT_CHECKPOINT
+    assert str(info.value) == (
+        f"no space left on {directory}: the checkpoint of step 2 not written; the latest "
+        f"checkpoint is still {directory}/ckpt-1"
+    )
+    after = {p.name: p.read_bytes() for p in directory.iterdir()}
+    assert sorted(after) == sorted(before), "files of the failed save were left behind"
+    assert after == before, "the failed save changed the previous checkpoint or the state file"
+    monkeypatch.undo()
+    got, path, restored, _ = _restore(tmp_path)
+    assert (got, path, restored) == (1, str(directory / "ckpt-1"), [1.0, 1.0])
+
+
 @pytest.mark.parametrize(
     ("message", "line"),
     [

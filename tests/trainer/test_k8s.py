@@ -51,6 +51,12 @@ def test_reads_replicas_and_update_revision(api: FakeApi, tmp_path: Path):
     assert seen.headers["Authorization"] == "Bearer s3cret"
 
 
+def test_reads_the_statefulset_uid_for_the_lease_holder(api: FakeApi, tmp_path: Path):
+    api.uid = "0b6f3c1e-7a2d-4e59-9c1a-5d2f8e4b7a10"
+    state = k8s.statefulset_state(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S)
+    assert state == k8s.StatefulSetState(4, "tfd-worker-7d9f", api.uid), state
+
+
 def test_scale_to_zero_patches_the_scale_subresource(api: FakeApi, tmp_path: Path):
     url = k8s.scale_to_zero(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S)
     assert url == f"{api.url}{STS}/scale"

@@ -3,8 +3,10 @@ local directory (the same code path as the shared claim; no TensorFlow)."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -12,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from trainer import contract, lease
-from trainer.errors import EXIT_RUN_CONFLICT, RunConflictError
+from trainer.config import Config
+from trainer.errors import EXIT_CHECKPOINT, EXIT_RUN_CONFLICT, CheckpointError, RunConflictError
 from trainer.lease import LEASE_FILE, Lease, LeaseRecord
 from trainer.logs import Log
+from trainer.manifest import MANIFEST_FILE, RunGuard
 
 ME = "ml/tfd-worker-0@node-a"
 OTHER = "ml/tfd-worker-0@node-b"
@@ -154,14 +158,108 @@ def test_a_garbage_lease_is_refused_with_one_line(tmp_path: Path):
     assert str(caught.value).startswith(f"{tmp_path / LEASE_FILE}: must be a JSON lease")
 
 
+POD = {contract.ENV_NAMESPACE: "ml", contract.ENV_POD_NAME: "tfd-worker-0"}
+STS_UID = "0b6f3c1e-7a2d-4e59-9c1a-5d2f8e4b7a10"
+
+
 @pytest.mark.parametrize(
-    ("env", "who"),
+    ("env", "deployment", "holder"),
     [
-        ({contract.ENV_NAMESPACE: "ml", contract.ENV_POD_NAME: "tfd-worker-0"}, "ml/tfd-worker-0"),
-        ({contract.ENV_POD_NAME: "tfd-worker-0"}, "tfd-worker-0"),
+        (POD, "", "ml/tfd-worker-0@node-a"),  # no token: the names alone, as before tokens
+        ({contract.ENV_POD_NAME: "tfd-worker-0"}, "", "tfd-worker-0@node-a"),
+        (POD, STS_UID, f"ml/tfd-worker-0@node-a#{STS_UID}"),  # the StatefulSet's uid
+        (POD | {contract.ENV_LAUNCH_ID: "5e1f"}, "", "ml/tfd-worker-0@node-a#5e1f"),  # local
+        (POD | {contract.ENV_LAUNCH_ID: "5e1f"}, STS_UID, f"ml/tfd-worker-0@node-a#{STS_UID}"),
     ],
 )
-def test_holder_identity_is_stable_across_restarts_of_one_pod(monkeypatch, env, who):
+def test_holder_identity_is_stable_across_restarts_of_one_pod(
+    monkeypatch, env: dict[str, str], deployment: str, holder: str
+):
     monkeypatch.setattr(lease.socket, "gethostname", lambda: "node-a")
-    assert lease.holder_identity(env) == f"{who}@node-a"
-    assert lease.holder_identity(dict(env)) == lease.holder_identity(env)
+    assert lease.holder_identity(env, deployment) == holder
+    assert lease.holder_identity(dict(env), deployment) == holder, "not stable across restarts"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "mine", "taken"),
+    [
+        # One stack on two clusters sharing a bucket (another StatefulSet uid), or two
+        # `trainer.local --run-id X` launches on one host (another launch id): same pod name.
+        ({"deployment": "uid-cluster-a"}, {"deployment": "uid-cluster-b"}, False),
+        ({contract.ENV_LAUNCH_ID: "launch-1"}, {contract.ENV_LAUNCH_ID: "launch-2"}, False),
+        ({}, {"deployment": "uid-cluster-b"}, False),  # a holder without a token is another
+        # The same deployment: an in-place restart or the pod its StatefulSet recreated.
+        ({"deployment": "uid-cluster-a"}, {"deployment": "uid-cluster-a"}, True),
+        ({contract.ENV_LAUNCH_ID: "launch-1"}, {contract.ENV_LAUNCH_ID: "launch-1"}, True),
+    ],
+)
+def test_the_same_pod_name_of_another_deployment_is_refused(
+    tmp_path: Path, monkeypatch, recorded: dict[str, str], mine: dict[str, str], taken: bool
+):
+    monkeypatch.setattr(lease.socket, "gethostname", lambda: "tfd-worker-0")
+
+    def holder(token: dict[str, str]) -> str:
+        env = POD | {k: v for k, v in token.items() if k != "deployment"}
+        return lease.holder_identity(env, token.get("deployment", ""))
+
+    before = _put(tmp_path, holder(recorded), NOW + 25)  # live: 25 s left
+    held = _lease(tmp_path, holder(mine), settle_seconds=30.0)  # no settle wait when taken back
+    if not taken:
+        with pytest.raises(RunConflictError) as caught:
+            held.acquire()
+        assert caught.value.exit_code == EXIT_RUN_CONFLICT
+        message = str(caught.value)
+        assert f"lease of {holder(recorded)} expires at" in message, message
+        assert f"this chief is {holder(mine)}" in message and "\n" not in message, message
+        assert (tmp_path / LEASE_FILE).read_bytes() == before, "a refused chief wrote the lease"
+        return
+    t0 = time.monotonic()
+    held.acquire()
+    try:
+        assert time.monotonic() - t0 < 5.0, "the same deployment waited to take its lease back"
+        assert held.read().holder == holder(mine)
+    finally:
+        held.release()
+
+
+class _FullVolume:
+    """A text file whose writes fail as on a full volume (ENOSPC), after it was created."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in __exit__
+
+    def __enter__(self) -> _FullVolume:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.file.close()
+
+    def write(self, _text: str) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
+
+
+@pytest.mark.parametrize(
+    ("full", "what"),
+    [(LEASE_FILE, "the chief's lease"), (MANIFEST_FILE, "the run manifest")],
+)
+def test_a_full_volume_is_one_line_and_exit_5(tmp_path: Path, monkeypatch, full: str, what: str):
+    """Taking the lease and writing the manifest on a full volume: a raw OSError and exit 1
+    before; now one line naming the file, exit 5, and no half-written temporary file."""
+    real_open = open
+
+    def opener(file: object, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if "w" in mode and os.path.basename(str(file)).startswith(full):
+            return _FullVolume(str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(lease, "open", opener, raising=False)  # lease.write_text's open
+    guard = RunGuard(
+        str(tmp_path), Config(), {contract.ENV_POD_NAME: "tfd-worker-0"}, Log(0, io.StringIO())
+    )
+    guard.check()
+    with pytest.raises(CheckpointError) as caught, guard.training(is_chief=True):
+        guard.record(64, "fp32")
+    assert caught.value.exit_code == EXIT_CHECKPOINT == 5
+    assert str(caught.value) == f"no space left on {tmp_path / full}: {what} not written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "a failed write left files behind"

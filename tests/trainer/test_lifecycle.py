@@ -9,6 +9,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,9 +25,11 @@ from trainer.errors import (
     EXIT_CONTRACT,
     EXIT_OK,
     EXIT_RESTART,
+    EXIT_RUN_CONFLICT,
     ApiUnansweredError,
     RestartRequested,
 )
+from trainer.lease import LEASE_FILE, LeaseRecord
 from trainer.local import parse_events, worker_envs
 from trainer.logs import Log
 from trainer.signals import StopSignal
@@ -429,3 +432,25 @@ def test_failed_read_at_start_is_a_warning_without_replicas_from_the_api(
     assert proc.returncode == EXIT_OK, err[-1000:]
     warning = parse_events(out.splitlines(), "warning")[0]["message"]
     assert warning.startswith(f"StatefulSet check at start failed: GET {api.url}{STS}: HTTP 500")
+
+
+def test_the_chief_holds_its_lease_as_its_statefulsets_uid(api: FakeApi, tmp_path: Path):
+    """One stack on two clusters sharing a bucket: the same pod name, another StatefulSet. The
+    chief puts the uid it read from its StatefulSet at start into its holder, so it is another
+    holder than the other cluster's live chief: refused, exit 9, nothing written. (Without the
+    uid both chiefs were ``local/tfd-worker-0@<host>``, one holder, and it took the lease.)"""
+    root = tmp_path / "run-1"
+    root.mkdir()
+    other = f"local/tfd-worker-0@{socket.gethostname()}#uid-cluster-a"
+    lease = LeaseRecord(other, time.time() + 600, time.time()).to_text()
+    (root / LEASE_FILE).write_text(lease)
+    api.uid = "uid-cluster-b"
+    env = worker_envs(1, str(root))[0] | api.env(tmp_path / "token")
+    proc = _start(env, "--on-done", "exit")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_RUN_CONFLICT, err[-1000:]
+    last = err.strip().splitlines()[-1]
+    assert f"lease of {other} expires at" in last, last
+    assert f"this chief is local/tfd-worker-0@{socket.gethostname()}#uid-cluster-b" in last, last
+    assert [p.name for p in root.iterdir()] == [LEASE_FILE], "a refused chief wrote"
+    assert (root / LEASE_FILE).read_text() == lease

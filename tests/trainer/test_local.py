@@ -57,6 +57,51 @@ def test_worker_envs_follow_the_contract(tmp_path: Path):
 
 
 @pytest.mark.parametrize(
+    ("launch_id", "inherited", "expected"),
+    [
+        ("5e1f", "", "5e1f"),
+        ("5e1f", "stale", "5e1f"),
+        ("", "stale", None),  # another launch's id is never passed on
+        ("", "", None),
+    ],
+)
+def test_worker_envs_carry_the_launch_id(
+    tmp_path: Path, launch_id: str, inherited: str, expected: str | None
+):
+    base = {contract.ENV_LAUNCH_ID: inherited} if inherited else {}
+    envs = local.worker_envs(2, str(tmp_path), base=base, launch_id=launch_id)
+    assert [e.get(contract.ENV_LAUNCH_ID) for e in envs] == [expected, expected], envs
+
+
+def test_each_launch_draws_one_launch_id_for_all_its_attempts(tmp_path: Path, monkeypatch):
+    """Two launches of one run id on one host get two lease holders; the workers of one launch,
+    restarted after a failure, stay its holder (an instant take-back of the lease)."""
+    started: list[str] = []
+
+    class Cluster:
+        def __init__(self, *_: object, launch_id: str = "", **__: object) -> None:
+            self.launch_id = launch_id
+            self.codes = [[EXIT_RESTART], [0]]  # one restart, then done
+            self.procs: list[local.WorkerProcess] = []
+
+        def start(self) -> None:
+            envs = local.worker_envs(1, str(tmp_path), base={}, launch_id=self.launch_id)
+            started.append(envs[0][contract.ENV_LAUNCH_ID])
+            self.procs = [local.WorkerProcess(0, None, envs[0])]  # type: ignore[arg-type]
+
+        def wait(self) -> list[int]:
+            return self.codes.pop(0)
+
+    monkeypatch.setattr(local, "LocalCluster", Cluster)
+    monkeypatch.setattr(local.signal, "signal", lambda *_: None)  # keep pytest's handlers
+    for _ in range(2):
+        assert local.main(["--workers", "1", "--checkpoint-dir", str(tmp_path / "r1")]) == 0
+    assert len(started) == 4 and all(started), started
+    assert started[0] == started[1] and started[2] == started[3], "a restart changed the id"
+    assert started[0] != started[2], "two launches share a lease holder"
+
+
+@pytest.mark.parametrize(
     ("error", "permanent"),
     [
         (errors.UsageError, True),

@@ -141,10 +141,20 @@ def _recorded(tmp_path: Path, config: Config, env: dict[str, str], **info) -> di
         ({"env": {contract.ENV_STACK: "prod"}}, {"stack"}),
         ({"env": {contract.ENV_PROJECT: ""}}, {"project"}),
         ({"env": {contract.ENV_APP: "other"}}, {"app"}),
-        # Never refused: more epochs continue a run, the world size (global batch) and the
-        # precision may change between restarts, a new image is a rollout of the same run.
+        # The optimizer's rate, its scaling rule and the epochs' length change the weights; the
+        # evaluation data changes the reported result.
+        ({"config": Config(learning_rate=0.1)}, {"learning_rate"}),
+        ({"config": Config(learning_rate_scaling="none")}, {"learning_rate_scaling"}),
+        ({"config": Config(steps_per_epoch=8)}, {"steps_per_epoch"}),
+        (
+            {"config": Config(eval_dataset="synthetic")},
+            {"eval_dataset.spec", "eval_dataset.examples", "eval_dataset.seed"},
+        ),
+        # Never refused: more epochs continue a run, the world size (global batch, and the
+        # steps per epoch derived from it) and the precision may change between restarts, a
+        # new image is a rollout of the same run.
         ({"config": Config(epochs=9)}, set()),
-        ({"config": Config(precision="bf16", batch_size=8, learning_rate=0.1)}, set()),
+        ({"config": Config(precision="bf16", batch_size=8)}, set()),
         ({"env": {contract.ENV_IMAGE: "trainer:2"}}, set()),
     ],
 )
@@ -165,11 +175,33 @@ def test_which_differences_refuse_a_start(tmp_path: Path, change: dict, fields: 
     assert _snapshot(tmp_path) == before
 
 
+def test_the_eval_dataset_is_fingerprinted_like_the_dataset(tmp_path: Path):
+    """An evaluation file regenerated with other rows (same size) changes the reported result:
+    refused, naming its fingerprint; the same rows rewritten are accepted."""
+    config = Config(eval_dataset=str(_npz(tmp_path / "eval.npz", 1)))
+    run = tmp_path / "run"
+    run.mkdir()
+    recorded = _recorded(run, config, ENV)
+    assert recorded["eval_dataset"]["by"] == "content", recorded
+    assert manifest.eval_fingerprint(Config()) == {"spec": ""}
+    _npz(tmp_path / "eval.npz", 1)
+    RunGuard(str(run), config, ENV, Log(0, io.StringIO())).check()
+    _npz(tmp_path / "eval.npz", 2)
+    with pytest.raises(RunConflictError) as caught:
+        RunGuard(str(run), config, ENV, Log(0, io.StringIO())).check()
+    message = str(caught.value)
+    assert "(eval_dataset.sha256: " in message and "\n" not in message, message
+
+
 def test_a_manifest_of_an_earlier_version_compares_only_what_it_holds(tmp_path: Path):
     doc = _recorded(tmp_path, Config(), ENV)
-    del doc["app"]
+    newer = ("app", "learning_rate", "learning_rate_scaling", "steps_per_epoch", "eval_dataset")
+    for field in newer:
+        del doc[field]
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(doc))
-    RunGuard(str(tmp_path), Config(), ENV | {contract.ENV_APP: "new"}, Log(0)).check()
+    changed = Config(learning_rate=0.1, learning_rate_scaling="none", steps_per_epoch=8,
+                     eval_dataset="synthetic")  # fmt: skip
+    RunGuard(str(tmp_path), changed, ENV | {contract.ENV_APP: "new"}, Log(0)).check()
 
 
 def test_no_manifest_accepts_any_start_and_a_garbage_one_is_refused(tmp_path: Path):

@@ -247,7 +247,8 @@ def test_non_finite_training_stops_before_any_save(
     first = 2 * bad_at - 1
     assert str(info.value) == (
         f"training diverged in steps {first}-{first + 1}: {why}; nothing saved after step "
-        f"{first - 1}; lower --learning-rate or look for NaN/Inf in the data"
+        f"{first - 1}; lower --learning-rate (a new run id: the run manifest records the rate) "
+        "or look for NaN/Inf in the data"
     )
     directory = tmp_path / checkpoints.CHECKPOINTS_SUBDIR
     state = tf.train.get_checkpoint_state(str(directory))
