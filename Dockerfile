@@ -45,7 +45,7 @@ COPY trainer/ /opt/tfd/trainer/
 # Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 10001:10001
 
-# gRPC (collectives) and HTTP (/metrics, /healthz, /readyz): trainer/contract.py defaults.
+# gRPC (collectives) and HTTP (/metrics, /healthz, /readyz): trainer/contract/env.py defaults.
 EXPOSE 2222 8080
 
 # For `docker run`; Kubernetes ignores HEALTHCHECK and uses the StatefulSet's probes instead.

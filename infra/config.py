@@ -28,7 +28,6 @@ import pulumi
 import yaml
 
 from trainer import contract
-from trainer.config import PRECISIONS
 
 PROJECT = "tf-distributed"
 """Pulumi project name; project config keys are ``tf-distributed:<key>``."""
@@ -44,10 +43,6 @@ SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 """Namespaces every cluster has and needs; refused as the training or monitoring namespace (the
 stack would label them, put a default-deny NetworkPolicy on their pods and own their fate)."""
 RETENTION_POLICIES = ("Retain", "Delete")
-ON_DONE = ("scale-to-zero", "idle")
-"""``onDone`` values; the trainer's ``--on-done`` also has ``exit`` (for local runs)."""
-RUN_ID_MAX = 20
-"""``runId`` length limit: it is a path segment and a label value, and stays readable."""
 RENAMED_KEYS = {
     "autoscalingCpuUtilization": "autoscalingCpuLimitUtilization (percent of cpuLimit, not of "
     "cpuRequest)",
@@ -207,7 +202,8 @@ class WorkerConfig:
     """The worker StatefulSet's pods.
 
     Attributes:
-        replicas: workers (1-1000); the HPA's starting point when autoscaling is on.
+        replicas: workers (:data:`trainer.contract.rules.REPLICAS`); the HPA's starting point
+            when autoscaling is on.
         gpus: GPUs per worker (0-16; 0 = CPU only, no GPU limit, selector or tolerations).
         gpu_resource: extended resource name of a GPU (default ``nvidia.com/gpu``).
         cpu_request, cpu_limit, memory_request, memory_limit: Kubernetes quantities.
@@ -253,19 +249,20 @@ class StorageConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """Flags of ``python -m trainer`` (see ``trainer/cli.py`` for their meaning).
+    """The stack's settings of the trainer's flags and of its run.
+
+    The flags' meaning and rules are :class:`trainer.contract.flags.TrainerFlags`'s (the stack
+    reads each key with the flag's rule; ``infra.workers.trainer_args`` builds the flags).
 
     Attributes:
         dataset: ``synthetic``, ``mnist`` or a path/URI of the data.
-        epochs: >= 1. batch_size: examples per replica per step, >= 1.
-        steps_per_epoch: >= 0 (0 = examples // global batch).
-        checkpoint_every: global steps between checkpoints, >= 1.
-        collective: ``auto``, ``ring`` or ``nccl`` (``nccl`` needs GPUs).
-        collective_timeout_seconds: 0-86399 s, 0 = off (dead peers found by the heartbeat).
-        heartbeat_timeout_seconds: 1-86399 s.
+        epochs, batch_size, steps_per_epoch, checkpoint_every, collective: the flags.
+        collective_timeout_seconds, heartbeat_timeout_seconds: the timeout flags, in whole
+            seconds (``Pulumi.yaml`` declares integers).
         run_id: identity of the run (its checkpoint directory and ``DONE``); a new one is a
             new run from step 0.
-        on_done: ``scale-to-zero`` or ``idle`` (``--on-done``).
+        on_done: ``scale-to-zero`` or ``idle`` (``--on-done``;
+            :data:`trainer.contract.rules.ON_DONE_POD_MODES`).
         precision: ``auto``, ``fp32``, ``bf16`` or ``fp16`` (``fp16`` needs GPUs).
     """
 
@@ -288,7 +285,8 @@ class AutoscalingConfig:
 
     Attributes:
         enabled: create the HPA (the trainer then follows the live replica count).
-        min_replicas, max_replicas: 1 <= min <= max <= 1000.
+        min_replicas, max_replicas: min <= max, both within
+            :data:`trainer.contract.rules.REPLICAS`.
         cpu_limit_utilization: scale up above this average CPU use, percent of the CPU
             limit (1-100); :attr:`cpu_utilization` converts it to the HPA's measure.
         scale_up_window_seconds: scale-up stabilization window and policy period (60-1800 s).
@@ -472,16 +470,22 @@ class _Reader:
         return str(value) if value is not None else choices[0]
 
     def integer(self, key: str, lo: int, hi: int) -> int:
+        return self.within(key, contract.Interval(lo, hi))
+
+    def within(self, key: str, rule: contract.Interval) -> int:
+        """A whole number within ``rule`` (a contract rule where the trainer applies it too);
+        out of bounds it is still returned, for the cross-field checks."""
+        rule = rule.whole()  # Pulumi.yaml declares the numeric keys as integers
         value = self._get(key)
         if value is None:
-            return lo
+            return int(rule.lo)
         try:
             number = int(str(value).strip())
         except ValueError:
-            self.fail(key, f"must be an integer in [{lo}, {hi}]", value)
-            return lo
-        if not lo <= number <= hi:
-            self.fail(key, f"must be an integer in [{lo}, {hi}]", value)
+            self.fail(key, f"must be {rule.text}", value)
+            return int(rule.lo)
+        if not rule.contains(number):
+            self.fail(key, f"must be {rule.text}", value)
         return number
 
     def boolean(self, key: str) -> bool:
@@ -776,7 +780,7 @@ def parse_config(
     dns_cidrs = r.cidr_list("dnsEgressCidrs", "169.254.20.10/32")
 
     # Workers.
-    replicas = r.integer("replicas", 1, 1000)
+    replicas = r.within("replicas", contract.REPLICAS)
     gpus = r.integer("gpusPerWorker", 0, 16)
     gpu_resource = r.string(
         "gpuResourceName", _RESOURCE_NAME, "must be an extended resource name 'domain/name'"
@@ -834,17 +838,17 @@ def parse_config(
                 f"pulumi {what} name: must be {contract.RUN_ID_RULE} (it names the checkpoint "
                 f"directory); got {name!r}"
             )
-    run_id = r.string("runId", contract.DNS_LABEL, "must be a lowercase DNS label")
-    if len(run_id) > RUN_ID_MAX:
-        r.fail("runId", f"must be at most {RUN_ID_MAX} characters", run_id)
-    on_done = r.choice("onDone", ON_DONE)
+    run_id = r.string("runId", contract.RUN_ID, f"must be {contract.RUN_ID_RULE}")
+    on_done = r.choice("onDone", contract.ON_DONE_POD_MODES)
 
     # Training.
     dataset = r.string("dataset", _TOKEN, "must be 'synthetic', 'mnist' or a path/URI")
-    epochs = r.integer("epochs", 1, 100_000)
-    batch_size = r.integer("batchSize", 1, 1_000_000)
-    steps_per_epoch = r.integer("stepsPerEpoch", 0, 100_000_000)
-    checkpoint_every = r.integer("checkpointEvery", 1, 100_000_000)
+    # The trainer's flags' own bounds (trainer/contract/flags.py): what the stack accepts the
+    # pods accept.
+    epochs = r.within("epochs", contract.EPOCHS)
+    batch_size = r.within("batchSize", contract.BATCH_SIZE)
+    steps_per_epoch = r.within("stepsPerEpoch", contract.STEPS_PER_EPOCH)
+    checkpoint_every = r.within("checkpointEvery", contract.CHECKPOINT_EVERY)
     remote = [v for v in (dataset, uri or "") if v == "mnist" or v.startswith(("gs:", "s3:"))]
     if remote and not egress_cidrs:
         r.fail(
@@ -856,9 +860,9 @@ def parse_config(
     collective = r.choice("collective", contract.COLLECTIVES)
     if collective == "nccl" and gpus == 0:
         r.fail("collective", "'nccl' needs gpusPerWorker >= 1", collective)
-    collective_timeout = r.integer("collectiveTimeoutSeconds", 0, 86_399)
-    heartbeat_timeout = r.integer("heartbeatTimeoutSeconds", 1, 86_399)
-    precision = r.choice("precision", PRECISIONS)
+    collective_timeout = r.within("collectiveTimeoutSeconds", contract.COLLECTIVE_TIMEOUT)
+    heartbeat_timeout = r.within("heartbeatTimeoutSeconds", contract.HEARTBEAT_TIMEOUT)
+    precision = r.choice("precision", contract.PRECISIONS)
     if precision == "fp16" and gpus == 0:
         r.fail("precision", "'fp16' needs gpusPerWorker >= 1 (CPUs only emulate it)", precision)
     if collective_timeout >= grace:
@@ -871,8 +875,8 @@ def parse_config(
 
     # Autoscaling.
     hpa_on = r.boolean("autoscalingEnabled")
-    hpa_min = r.integer("autoscalingMinReplicas", 1, 1000)
-    hpa_max = r.integer("autoscalingMaxReplicas", 1, 1000)
+    hpa_min = r.within("autoscalingMinReplicas", contract.REPLICAS)
+    hpa_max = r.within("autoscalingMaxReplicas", contract.REPLICAS)
     cpu_target = r.integer("autoscalingCpuLimitUtilization", 1, 100)
     window = r.integer("autoscalingScaleUpWindowSeconds", 60, 1800)
     if hpa_on:

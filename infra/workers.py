@@ -2,9 +2,10 @@
 
 Why a StatefulSet behind a headless Service: each pod gets a stable name (``<sts>-<ordinal>``)
 and DNS record, from which the trainer derives its task index and every peer's address
-(``trainer/contract.py``). ``podManagementPolicy: Parallel`` starts all workers at once: with
-``OrderedReady`` worker 1 waits for worker 0 to be Ready while worker 0 waits in the collective
-for worker 1. ``publishNotReadyAddresses`` lets peers resolve each other before they are Ready.
+(``trainer/contract/cluster.py``). ``podManagementPolicy: Parallel`` starts all workers at
+once: with ``OrderedReady`` worker 1 waits for worker 0 to be Ready while worker 0 waits in the
+collective for worker 1. ``publishNotReadyAddresses`` lets peers resolve each other before they
+are Ready.
 
 The run's lifecycle (``docs/infra.md``, "Lifecycle"):
 
@@ -110,35 +111,39 @@ def container_resources(cfg: StackConfig) -> dict[str, dict[str, str | int]]:
     return {"requests": {"cpu": w.cpu_request, "memory": w.memory_request}, "limits": limits}
 
 
-def trainer_args(cfg: StackConfig) -> list[str]:
-    """The container ``args`` (flags of ``python -m trainer``); the image owns the entrypoint."""
+def trainer_flags(cfg: StackConfig) -> contract.TrainerFlags:
+    """The trainer's flags the stack sets (its ``training`` settings); the rest keep the
+    trainer's defaults."""
+    return contract.TrainerFlags(**_stack_flags(cfg))
+
+
+def _stack_flags(cfg: StackConfig) -> dict[str, str | int]:
     t = cfg.training
-    return [
-        "--dataset",
-        t.dataset,
-        "--epochs",
-        str(t.epochs),
-        "--batch-size",
-        str(t.batch_size),
-        "--steps-per-epoch",
-        str(t.steps_per_epoch),
-        "--checkpoint-every",
-        str(t.checkpoint_every),
-        "--collective",
-        t.collective,
-        "--collective-timeout",
-        str(t.collective_timeout_seconds),
-        "--heartbeat-timeout",
-        str(t.heartbeat_timeout_seconds),
-        "--on-done",
-        t.on_done,
-        "--precision",
-        t.precision,
-    ]
+    return {
+        "dataset": t.dataset,
+        "epochs": t.epochs,
+        "batch_size": t.batch_size,
+        "steps_per_epoch": t.steps_per_epoch,
+        "checkpoint_every": t.checkpoint_every,
+        "collective": t.collective,
+        "collective_timeout": t.collective_timeout_seconds,
+        "heartbeat_timeout": t.heartbeat_timeout_seconds,
+        "on_done": t.on_done,
+        "precision": t.precision,
+    }
+
+
+def trainer_args(cfg: StackConfig) -> list[str]:
+    """The container ``args`` (flags of ``python -m trainer``); the image owns the entrypoint.
+
+    Every flag the stack sets is written, also at the trainer's default: the pod spec states
+    the run's settings whatever the image's defaults are.
+    """
+    return trainer_flags(cfg).to_argv(always=_stack_flags(cfg))
 
 
 def pod_env(cfg: StackConfig, image: pulumi.Input[str] | None = None) -> list[dict]:
-    """The pod environment contract (``trainer/contract.py``), plus ``HOME`` on the tmp volume.
+    """The pod environment contract (``trainer/contract/env.py``), plus ``HOME`` on the tmp volume.
 
     ``image``: the container's image reference, passed as ``TFD_IMAGE`` (the run manifest
     records it). ``TFD_WORKER_HOSTS`` is never set: it is for local runs only.

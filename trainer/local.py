@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trainer import contract
-from trainer.cli import build_parser
+from trainer.contract.flags import TrainerFlags
 from trainer.errors import (
     EXIT_API,
     EXIT_CHECKPOINT,
@@ -285,6 +285,8 @@ class LocalCluster:
 def build_parser_local() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m trainer.local",
+        # As the trainer's own flags: an abbreviation here would also swallow trainer flags.
+        allow_abbrev=False,
         description="Run N trainer workers on 127.0.0.1 with the pod contract environment. "
         "Other flags are passed to every worker (python -m trainer --help).",
     )
@@ -374,12 +376,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.restarts <= 100:
         build_parser_local().error(f"--restarts: must be in [0, 100]; got {args.restarts}")
     root = _checkpoint_dir(args)
-    trainer_parser = build_parser("python -m trainer.local [launcher flags]")
-    trainer_ns = trainer_parser.parse_args(rest)  # exits 2 with a clear message on bad flags
+    # Exits 2 with a clear message on bad flags, before any worker starts.
+    flags = TrainerFlags.from_argv(rest, prog="python -m trainer.local [launcher flags]")
     if "--intra-op-threads" not in " ".join(rest):
         # N processes on few cores: more threads than cores per process only adds contention.
         rest += ["--intra-op-threads", str(intra_op_threads(args.workers))]
-    if trainer_ns.on_done != contract.ON_DONE_EXIT:
+    if flags.on_done != contract.ON_DONE_EXIT:
         # No StatefulSet to scale to zero, no pod to keep idle: a finished local job exits.
         rest += ["--on-done", contract.ON_DONE_EXIT]
     if "://" not in root:

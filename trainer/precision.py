@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.contract.rules import PRECISIONS
 from trainer.errors import UsageError
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 """/proc/cpuinfo flags of CPUs that compute bfloat16 natively (AVX512-BF16, AMX)."""

@@ -78,8 +78,36 @@ INVALID = [
     ),
     ("dev", {P + "apiServerCidrs": []}, "apiServerCidrs", "API server's endpoint CIDRs", "[]"),
     ("prod", {P + "apiServerCidrs": []}, "apiServerCidrs", "API server's endpoint CIDRs", "[]"),
-    ("dev", {P + "runId": "Run_2"}, "runId", "lowercase DNS label", "'Run_2'"),
-    ("dev", {P + "runId": "r" * 21}, "runId", "at most 20 characters", "'" + "r" * 21 + "'"),
+    # The shared rules (trainer/contract/rules.py) at their bounds.
+    ("dev", {P + "runId": "-bad"}, "runId", "1-63 letters, digits", "'-bad'"),
+    ("dev", {P + "runId": "run/2"}, "runId", "1-63 letters, digits", "'run/2'"),
+    ("dev", {P + "runId": "r" * 64}, "runId", "1-63 letters, digits", "'" + "r" * 64 + "'"),
+    ("prod", {P + "replicas": 1001}, "replicas", "integer in [1, 1000]", "'1001'"),
+    ("dev", {P + "autoscalingMaxReplicas": 1001}, "autoscalingMaxReplicas", "[1, 1000]", "1001"),
+    ("dev", {P + "autoscalingMinReplicas": 0}, "autoscalingMinReplicas", "[1, 1000]", "'0'"),
+    (
+        "dev",
+        {P + "heartbeatTimeoutSeconds": 0},
+        "heartbeatTimeoutSeconds",
+        "must be a whole number of seconds in (0, 86400)",
+        "'0'",
+    ),
+    (
+        "dev",
+        {P + "heartbeatTimeoutSeconds": "2.5"},
+        "heartbeatTimeoutSeconds",
+        "must be a whole number of seconds in (0, 86400)",
+        "'2.5'",
+    ),
+    (
+        "dev",
+        {P + "collectiveTimeoutSeconds": 86_400},
+        "collectiveTimeoutSeconds",
+        "must be a whole number of seconds in [0, 86400), 0 = off",
+        "'86400'",
+    ),
+    ("dev", {P + "epochs": 100_001}, "epochs", "integer in [1, 100000]", "'100001'"),
+    ("dev", {P + "batchSize": 0}, "batchSize", "integer in [1, 1000000]", "'0'"),
     ("dev", {P + "onDone": "exit"}, "onDone", "scale-to-zero, idle", "'exit'"),
     ("dev", {P + "apiServerCidrs": ["10.0.0.1/33"]}, "apiServerCidrs", "CIDR", "'10.0.0.1/33'"),
     ("dev", {P + "imageTag": "latest"}, "imageTag", "not 'latest'", "'latest'"),
@@ -146,7 +174,7 @@ INVALID = [
         "dev",
         {P + "collectiveTimeoutSeconds": -1},
         "collectiveTimeoutSeconds",
-        "must be an integer in [0, 86399]",
+        "must be a whole number of seconds in [0, 86400), 0 = off",
         "-1",
     ),
     ("dev", {P + "checkpointRetention": "Keep"}, "checkpointRetention", "Retain, Delete", "'Keep'"),
@@ -340,6 +368,31 @@ def test_collective_timeout_off_by_default():
     assert default.training.collective_timeout_seconds == 0
     with_timeout = parse_config(*stack_config("dev", {P + "collectiveTimeoutSeconds": 20}), {})
     assert with_timeout.training.collective_timeout_seconds == 20
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "expected"),
+    [
+        # Run ids the stack refused before the one rule (a DNS label of at most 20): the
+        # trainer always accepted them, and they are label values and path segments.
+        ({P + "runId": "Run_2"}, "run_id", "Run_2"),
+        ({P + "runId": "r" * 63}, "run_id", "r" * 63),
+        ({P + "runId": "a.b-c_d"}, "run_id", "a.b-c_d"),
+        ({P + "heartbeatTimeoutSeconds": 86_399}, "heartbeat_timeout_seconds", 86_399),
+        ({P + "heartbeatTimeoutSeconds": 1}, "heartbeat_timeout_seconds", 1),
+        ({P + "epochs": 100_000}, "epochs", 100_000),
+        ({P + "stepsPerEpoch": 0}, "steps_per_epoch", 0),
+    ],
+)
+def test_shared_rules_accept_their_bounds(overrides, field, expected):
+    cfg = parse_config(*stack_config("dev", overrides), {})
+    assert getattr(cfg.training, field) == expected
+
+
+@pytest.mark.parametrize(("replicas", "hpa"), [(1000, "false"), (1, "false")])
+def test_replicas_bounds_are_accepted(replicas, hpa):
+    overrides = {P + "replicas": replicas, P + "autoscalingEnabled": hpa}
+    assert parse_config(*stack_config("prod", overrides), {}).workers.replicas == replicas
 
 
 @pytest.mark.parametrize(

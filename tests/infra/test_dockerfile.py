@@ -295,7 +295,7 @@ def ignore_patterns() -> list[str]:
         ("infra/image.py", True),
         ("requirements/dev.txt", True),
         (".env", True),
-        ("trainer/contract.py", False),
+        ("trainer/contract/flags.py", False),
         ("trainer/__main__.py", False),
         ("requirements/trainer.txt", False),
     ],

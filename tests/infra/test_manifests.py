@@ -10,7 +10,7 @@ from infra import workers
 from infra.config import parse_config
 from infra.render import SECRET_TEXT, render_stack, stack_config
 from infra.stack import MONITORING_OUTPUTS
-from infra.workers import trainer_args
+from infra.workers import trainer_args, trainer_flags
 from trainer import contract
 
 STACKS = ["dev", "prod"]
@@ -284,6 +284,28 @@ def test_container_sets_args_never_command(rendered, stack):
     assert "command" not in container, f"stack {stack}: the image ENTRYPOINT is the one definition"
     cfg = parse_config(*stack_config(stack), {})
     assert container["args"] == trainer_args(cfg)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_container_args_are_the_stack_flags(rendered, stack):
+    """The trainer reads back exactly the flags the stack built, each one the stack sets
+    written even at the trainer's default."""
+    args = _container(rendered, stack)["args"]
+    cfg = parse_config(*stack_config(stack), {})
+    assert contract.TrainerFlags.from_argv(args) == trainer_flags(cfg)
+    written = [a.removeprefix("--").replace("-", "_") for a in args if a.startswith("--")]
+    assert written == [
+        "dataset",
+        "epochs",
+        "batch_size",
+        "steps_per_epoch",
+        "checkpoint_every",
+        "collective",
+        "collective_timeout",
+        "heartbeat_timeout",
+        "on_done",
+        "precision",
+    ], f"stack {stack}: {args}"
 
 
 @pytest.mark.parametrize("stack", STACKS)

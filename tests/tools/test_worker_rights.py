@@ -39,7 +39,7 @@ def test_a_new_right_changes_the_table_and_fails_the_check(
     monkeypatch.setattr(worker_rights, "DOC", doc)
     monkeypatch.setattr(worker_rights, "ROOT", tmp_path)
     granted = (*contract.API_CALLS, contract.ApiCall("apps", "statefulsets", "patch"))
-    monkeypatch.setattr(contract, "API_CALLS", granted)
+    monkeypatch.setattr(contract.api, "API_CALLS", granted)  # where role_rules reads it
     table = worker_rights.table()
     # A write on the StatefulSet itself is a guarded write too.
     assert "| `patch` | `statefulsets` (`apps`) | `<appName>-worker` | ValidatingAdmission" in (
