@@ -59,8 +59,8 @@ test: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(POLICY_VENV)/.installed no
 	$(VENV)/bin/python -m pytest
 
 render: $(VENV)/.installed
-	$(VENV)/bin/python -m infra.render --stack dev --out out/dev
-	$(VENV)/bin/python -m infra.render --stack prod --out out/prod
+	$(VENV)/bin/python -m tools.render --stack dev --out out/dev
+	$(VENV)/bin/python -m tools.render --stack prod --out out/prod
 
 # BENCH_ARGS: e.g. --quick (1 round, development) or --json benchmarks/results/DATE.json
 bench: $(VENV)/.installed

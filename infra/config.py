@@ -1075,13 +1075,21 @@ def to_config_text(value: Any) -> str:
 
 
 def _runtime_config() -> tuple[dict[str, Any], set[str]]:
-    """Every config key the engine gave this program, and which of them are secret."""
-    from pulumi.runtime import config as runtime_config
+    """Every config key the engine gave this program, and which of them are secret.
 
-    values: dict[str, Any] = dict(runtime_config.get_config_env())
-    values.update(runtime_config.CONFIG.get())
-    secret = set(runtime_config.get_config_secret_keys_env())
-    secret.update(k for k in values if runtime_config.is_config_secret(k))
+    The program's one private Pulumi SDK use (the renderer's are in ``tools/pulumi_private.py``):
+    ``pulumi.runtime.config.CONFIG``, the whole config mapping. The unknown-key check needs every
+    key, and ``pulumi.Config`` reads only keys it is given by name; the public
+    ``pulumi.runtime.get_config_env`` lists ``PULUMI_CONFIG``, which the CLI's language host
+    sets, but Automation API inline programs (the e2e suite) and mocks (the renderer) receive
+    their config through ``set_all_config`` only, which nothing public lists.
+    """
+    from pulumi.runtime.config import CONFIG  # private; see above
+
+    values: dict[str, Any] = dict(pulumi.runtime.get_config_env())
+    values.update(CONFIG.get())
+    secret = set(pulumi.runtime.get_config_secret_keys_env())
+    secret.update(k for k in values if pulumi.runtime.is_config_secret(k))
     return values, secret
 
 

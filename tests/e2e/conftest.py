@@ -194,10 +194,10 @@ def new_project(
 
 
 def rendered_resources(stack: str) -> list[dict]:
-    """What ``infra.render`` registers for ``stack`` (type, name, inputs), in its own process:
+    """What ``tools.render`` registers for ``stack`` (type, name, inputs), in its own process:
     the renderer installs Pulumi's mocks, which must not touch this process's real runs."""
     code = (
-        "import json, sys; from infra.render import render_stack; "
+        "import json, sys; from tools.render import render_stack; "
         f"r = render_stack({stack!r}); "
         "json.dump([{'type': x.type, 'name': x.name, 'inputs': x.inputs} "
         "for x in r.resources], sys.stdout)"

@@ -31,10 +31,10 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from infra.render import Registered
 from tests.e2e.conftest import rendered_resources
 from tests.e2e.harness import KUBECONFIG, PASSPHRASE, ROOT, TOOLS, Project, kubeconfig_with_context
 from tests.policy.variants import STACKS, VARIANTS, Variant
+from tools.render import Registered
 
 PACK = ROOT / "policy"
 PACK_NAME = "tf-distributed"

@@ -1,4 +1,5 @@
-"""Fixtures: each stack rendered once per session under Pulumi mocks (the real program)."""
+"""Fixtures of the infra tests (the rendered stacks, ``rendered`` and ``rendered_dirs``, are
+suite-wide: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
-from infra.render import STACKS, Rendered, render_stack, write_rendered
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,20 +22,3 @@ def checkov() -> str:
     if not path.is_file():
         pytest.fail(f"TFD_CHECKOV: checkov not found at {path} (run `make test`)")
     return str(path)
-
-
-@pytest.fixture(scope="session")
-def rendered() -> dict[str, Rendered]:
-    """``{stack: Rendered}`` for every stack file of the project."""
-    return {stack: render_stack(stack) for stack in STACKS}
-
-
-@pytest.fixture(scope="session")
-def rendered_dirs(rendered: dict[str, Rendered], tmp_path_factory) -> dict[str, Path]:
-    """``{stack: DIR}`` with ``DIR/manifests`` and ``DIR/pulumi`` written by the renderer."""
-    out = {}
-    for stack, result in rendered.items():
-        directory = tmp_path_factory.mktemp(f"render-{stack}")
-        write_rendered(result, directory)
-        out[stack] = directory
-    return out

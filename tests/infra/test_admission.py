@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infra.admission import REPLICAS_ALLOWED, guarded_resources
-from infra.render import render_stack
+from tools.render import render_stack
 from trainer import contract
 
 P = "tf-distributed:"

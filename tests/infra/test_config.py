@@ -21,7 +21,7 @@ from infra.config import (
     project_declarations,
     scale_quantity,
 )
-from infra.render import USER_SECRETS, Recorder, render_stack, stack_config
+from tools.render import USER_SECRETS, Recorder, render_stack, stack_config
 
 P = f"{PROJECT}:"
 SECRET = {"secure": "AAABAPlaceholder=="}

@@ -12,9 +12,10 @@ import pulumi
 import pytest
 from pulumi.runtime.rpc import is_rpc_secret, unwrap_rpc_secret
 
-from infra import image, render
+from infra import image
 from infra.config import PROJECT, ConfigError, ImageConfig
 from infra.workers import CONTAINER_NAME
+from tools import render
 
 PASSWORD = "hunter2-registry-password"
 REGISTRY = "registry.example.com:5000/ml"

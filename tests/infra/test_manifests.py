@@ -8,9 +8,9 @@ import pytest
 
 from infra import workers
 from infra.config import parse_config
-from infra.render import SECRET_TEXT, render_stack, stack_config
 from infra.stack import MONITORING_OUTPUTS
 from infra.workers import trainer_args, trainer_flags
+from tools.render import SECRET_TEXT, render_stack, stack_config
 from trainer import contract
 
 STACKS = ["dev", "prod"]

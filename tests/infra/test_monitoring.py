@@ -26,7 +26,7 @@ from pulumi.runtime.mocks import MockMonitor, MockResourceArgs
 from infra import alerts, monitoring
 from infra.config import PROJECT, PROJECT_FILE, ConfigError, project_declarations
 from infra.dashboards import trainer as dash
-from infra.render import Recorder, render_stack
+from tools.render import Recorder, render_stack
 from trainer import contract
 
 PASSWORD = "s3cret-Grafana-pw"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.render import Rendered, render_stack
+from tools.render import Rendered, render_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 P = "tf-distributed:"

@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 
 from infra.network import EXCEPTED_RANGES, excepted_ranges
-from infra.render import render_stack
+from tools.render import render_stack
 
 P = "tf-distributed:"
 IPV4_EXCEPTS = ["169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"]

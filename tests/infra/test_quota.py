@@ -6,8 +6,8 @@ import pytest
 
 from infra.config import parse_config, parse_quantity
 from infra.quota import quota_hard
-from infra.render import render_stack, stack_config
 from infra.workers import max_replicas
+from tools.render import render_stack, stack_config
 
 P = "tf-distributed:"
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from infra.render import Registered, render_stack
 from tests.policy.variants import POLICIES, STACKS, UNKNOWN_IMAGE, VARIANTS, Variant
+from tools.render import Registered, render_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "tf-distributed"

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.render import Registered
+from tools.render import Registered
 
 STACKS = ("dev", "prod", "e2e")
 POLICIES = {

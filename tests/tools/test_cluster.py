@@ -7,8 +7,8 @@ import json
 import pytest
 
 from infra.config import parse_config
-from infra.render import stack_config
 from tools import cluster
+from tools.render import stack_config
 
 
 def test_gpu_node_carries_what_the_prod_stack_selects_and_tolerates() -> None:

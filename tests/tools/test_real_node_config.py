@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from infra.config import parse_config
-from infra.render import stack_config
 from tools import cluster, real_node_config
 from tools.node_host import rules_into
 from tools.real_node_config import DNS_IP, NODE_IP, NODE_NAME, Names, Ports
+from tools.render import stack_config
 
 STATE = Path("/work/x/.tools/cluster")
 PKI = STATE / "pki"

@@ -1,6 +1,6 @@
 """Render a stack offline: run the real program under Pulumi's mocks, write what it would apply.
 
-    python -m infra.render --stack dev --out out/dev
+    python -m tools.render --stack dev --out out/dev
 
 No Pulumi CLI, no cluster, no Docker daemon. The stack's configuration is what the CLI would
 give the program: the ``Pulumi.yaml`` defaults overlaid with ``Pulumi.<stack>.yaml``. Secret
@@ -15,6 +15,9 @@ Output layout::
 
 Validators (kubernetes-validate, checkov) read ``DIR/manifests`` only. Numbers are written as
 integers where the value is whole (the mocks see every number as a float).
+
+Only public Pulumi SDK API drives the run (``reset_options``, ``set_all_config``, ``set_mocks``,
+``test``); the private pieces it still needs are in :mod:`tools.pulumi_private`, with reasons.
 """
 
 from __future__ import annotations
@@ -32,13 +35,12 @@ from typing import Any
 
 import pulumi
 import yaml
-from pulumi.runtime import mocks as pulumi_mocks
-from pulumi.runtime import settings as pulumi_settings
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.runtime import rpc
 
 from infra.config import PROJECT, project_declarations, to_config_text
 from infra.image import mock_image_outputs
+from tools import pulumi_private
+from tools.pulumi_private import ROOT_STACK_TYPE
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
@@ -48,11 +50,8 @@ USER_SECRETS: dict[str, tuple[str, ...]] = {"prod": ("grafanaAdminPassword",)}
 their secrets provider can decrypt cannot ship in the file); rendered as set, with the
 placeholder :data:`SECRET_TEXT`, unless the stack file or an override sets them."""
 SECRET_TEXT = "[secret]"
-ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 MOCK_DOCKER_HOST = "unix:///var/run/docker.sock"
 """``DOCKER_HOST`` while rendering when the shell has none (nothing is built under mocks)."""
-# How the Pulumi runtime marks a secret value inside serialized inputs.
-_SECRET_SIG = "4dabf18193072939515e22adb298388d"
 _SAFE = re.compile(r"[^a-z0-9.-]+")
 
 
@@ -150,8 +149,8 @@ def _redact(value: Any) -> Any:
 def clean(value: Any) -> Any:
     """Redact secrets and turn whole floats back into integers, recursively."""
     if isinstance(value, dict):
-        if value.get(_SECRET_SIG) is not None:
-            return _redact(value.get("value"))
+        if rpc.is_rpc_secret(value):
+            return _redact(rpc.unwrap_rpc_secret(value))
         return {k: clean(v) for k, v in value.items()}
     if isinstance(value, list):
         return [clean(v) for v in value]
@@ -216,16 +215,19 @@ def stack_config(
     return values, secret
 
 
-class Recorder(pulumi_mocks.Mocks):
+class Recorder(pulumi.runtime.Mocks):
     """Mocks that record every registered resource (and fake the image build)."""
 
     def __init__(self) -> None:
         self.resources: list[Registered] = []
         # Resource options the engine would see (Registered's keyword arguments), by
-        # (type, name); filled by _Monitor.
+        # (type, name); filled by pulumi_private.OptionsMonitor.
         self.options: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def new_resource(self, args: pulumi_mocks.MockResourceArgs) -> tuple[str, dict]:
+    def record_options(self, typ: str, name: str, options: dict[str, Any]) -> None:
+        self.options[(typ, name)] = options
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
         options = self.options.get((args.typ, args.name), {})
         self.resources.append(
             Registered(args.typ, args.name, clean(args.inputs), args.provider or "", **options)
@@ -235,37 +237,8 @@ class Recorder(pulumi_mocks.Mocks):
             outputs = mock_image_outputs(args.typ, args.inputs)
         return f"{args.name}-id", outputs
 
-    def call(self, args: pulumi_mocks.MockCallArgs) -> tuple[dict, list | None]:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, list | None]:
         return {}, None
-
-
-class _Monitor(pulumi_mocks.MockMonitor):
-    """The mock engine, also recording resource options the Mocks API does not pass on."""
-
-    def __init__(self, recorder: Recorder) -> None:
-        super().__init__(recorder)
-        self.recorder = recorder
-
-    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
-        timeouts = request.customTimeouts
-        self.recorder.options[(request.type, request.name)] = {
-            # The engine leaves the root stack's type out of its children's URNs (the mocks
-            # keep it): what `pulumi import --parent` and `--exclude` must be given.
-            "urn": self.make_urn(request.parent, request.type, request.name).replace(
-                f"::{ROOT_STACK_TYPE}$", "::"
-            ),
-            "ignore_changes": tuple(request.ignoreChanges),
-            "retain_on_delete": bool(request.retainOnDelete),
-            "dependencies": tuple(request.dependencies),
-            "replace_on_changes": tuple(request.replaceOnChanges),
-            "delete_before_replace": bool(request.deleteBeforeReplace),
-            "custom_timeouts": {
-                k: v
-                for k in ("create", "update", "delete")
-                if (v := getattr(timeouts, k)) and request.HasField("customTimeouts")
-            },
-        }
-        return super().RegisterResource(request)
 
 
 @contextlib.contextmanager
@@ -300,27 +273,30 @@ def render_stack(
         infra.config.ConfigError: the configuration is invalid (nothing was registered).
     """
     values, secret_keys = stack_config(stack, overrides)
-    pulumi.runtime.set_all_config(values, secret_keys)
     recorder = recorder if recorder is not None else Recorder()
-    # A fresh root Stack resource and RPC bookkeeping for every run in this process.
-    pulumi_settings.ROOT.set(None)
-    pulumi_settings.SETTINGS.rpc_manager.clear()
-    pulumi_settings.SETTINGS.outputs.clear()
-    pulumi_mocks.set_mocks(
-        recorder, project=PROJECT, stack=stack, preview=False, monitor=_Monitor(recorder)
+    # A fresh root Stack for every run in this process (set_mocks makes one when there is none);
+    # pulumi.runtime.test clears the RPC bookkeeping of earlier runs.
+    pulumi.runtime.reset_options(project=PROJECT, stack=stack, preview=False)
+    pulumi.runtime.set_all_config(values, secret_keys)
+    pulumi.runtime.set_mocks(
+        recorder,
+        project=PROJECT,
+        stack=stack,
+        preview=False,
+        monitor=pulumi_private.OptionsMonitor(recorder, recorder.record_options),
     )
-    root = pulumi_settings.get_root_resource()
+    root = pulumi.runtime.get_root_resource()
     outputs: dict[str, Any] = {}
 
-    async def program() -> None:
+    def program() -> pulumi.Output[None]:
         runpy.run_path(str(PROGRAM), run_name="__main__")
-        exported = getattr(root, "outputs", {}) or {}
-        outputs.update(await pulumi.Output.from_input(exported).future() or {})
+        exported = pulumi_private.stack_outputs(root)
+        return pulumi.Output.from_input(exported).apply(lambda v: outputs.update(v or {}))
 
     # The program builds paths relative to the project directory, as under `pulumi up`.
     with contextlib.chdir(ROOT), _docker_host_for_mocks():
-        _sync_await(run_pulumi_func(program))
-    resources = [r for r in recorder.resources if r.type != "pulumi:pulumi:Stack"]
+        pulumi.runtime.test(program)()
+    resources = [r for r in recorder.resources if r.type != ROOT_STACK_TYPE]
     return Rendered(stack=stack, resources=resources, outputs=clean(outputs))
 
 
@@ -368,7 +344,7 @@ def write_rendered(rendered: Rendered, out: Path) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.render",
+        prog="python -m tools.render",
         description="Write every Kubernetes manifest a stack would apply (Pulumi mocks, offline).",
     )
     parser.add_argument("--stack", required=True, help=f"stack name, e.g. {' or '.join(STACKS)}")

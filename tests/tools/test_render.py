@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from infra import render
+from tools import render
 
 
 def test_cli_writes_manifests_and_pulumi_records(tmp_path, capsys):
