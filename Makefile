@@ -83,4 +83,4 @@ e2e: $(VENV)/.installed $(POLICY_VENV)/.installed tools
 	tools/e2e.sh
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) out runs .pytest_cache .ruff_cache .tools
+	rm -rf $(VENV) $(CHECKOV_VENV) $(POLICY_VENV) node_modules out runs .pytest_cache .ruff_cache .tools

@@ -13,6 +13,7 @@ Secrets (kubeconfig, registry password, Grafana password) must be set with
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import math
@@ -956,7 +957,12 @@ def parse_config(
     for full_key in sorted(raw):
         namespace_, _, key = full_key.partition(":")
         if namespace_ == PROJECT and key not in r.read:
-            hint = f"; replaced by {RENAMED_KEYS[key]}" if key in RENAMED_KEYS else ""
+            if key in RENAMED_KEYS:
+                hint = f"; replaced by {RENAMED_KEYS[key]}"
+            else:
+                # A typo of a declared key (replica, epoch): name the key it most likely meant.
+                near = difflib.get_close_matches(key, sorted(r.read), n=1, cutoff=0.75)
+                hint = f"; did you mean {PROJECT}:{near[0]}?" if near else ""
             r.problems.append(
                 f"{full_key}: unknown key (not declared in Pulumi.yaml{hint}); "
                 f"got {raw[full_key]!r}"

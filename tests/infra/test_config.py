@@ -44,7 +44,8 @@ INVALID = [
     ("dev", {P + "memoryLimit": "512Mi"}, "memoryLimit", ">= memoryRequest (1Gi)", "'512Mi'"),
     ("dev", {P + "checkpointSize": "10GB"}, "checkpointSize", "quantity of storage", "'10GB'"),
     ("dev", {P + "checkpointSize": "1.5"}, "checkpointSize", "whole number of bytes", "'1.5'"),
-    ("dev", {P + "replica": 3}, "replica", "unknown key", "3"),
+    ("dev", {P + "replica": 3}, "replica", "did you mean tf-distributed:replicas?", "3"),
+    ("dev", {P + "zzz": 3}, "zzz", "unknown key (not declared in Pulumi.yaml); got", "3"),
     (
         "dev",
         {P + "autoscalingMinReplicas": 4, P + "autoscalingMaxReplicas": 3},
