@@ -25,11 +25,11 @@ import json
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as kubernetes
+import pulumi_kubernetes as k8s
 
 from infra.component import Component
 from infra.config import StackConfig
-from infra.labels import kwargs, metadata
+from infra.labels import metadata
 from infra.network import NAMESPACE_NAME_LABEL
 
 COMPONENT_TYPE = "tfd:infra:WorkerScaleGuard"
@@ -76,55 +76,55 @@ def denial_message(cfg: StackConfig) -> str:
     )
 
 
-def policy_manifest(cfg: StackConfig, role_rules: list[dict]) -> dict:
-    """The ``ValidatingAdmissionPolicy`` (``metadata`` + ``spec``) for the Role ``role_rules``."""
+def policy_spec(
+    cfg: StackConfig, role_rules: list[dict]
+) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs:
+    """The ``ValidatingAdmissionPolicy``'s ``spec`` for the Role ``role_rules``."""
     message = denial_message(cfg)
-    return {
-        "metadata": metadata(cfg, policy_name(cfg), "worker", namespaced=False),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [API_GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["UPDATE"],
-                        "resources": guarded_resources(role_rules),
-                    }
-                ]
-            },
-            "matchConditions": [
-                {
-                    "name": "workers-service-account",
-                    "expression": f"request.userInfo.username == '{service_account_user(cfg)}'",
-                }
-            ],
-            "validations": [
-                {
-                    "expression": REPLICAS_ALLOWED,
-                    "message": message,
-                    # A CEL string literal: JSON's double-quoted form (the message has quotes).
-                    "messageExpression": f"{json.dumps(message + '; got ')} + "
-                    "string(object.spec.replicas)",
-                    "reason": "Forbidden",
-                }
-            ],
-        },
-    }
+    return k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
+        failure_policy="Fail",
+        match_constraints=k8s.admissionregistration.v1.MatchResourcesArgs(
+            resource_rules=[
+                k8s.admissionregistration.v1.NamedRuleWithOperationsArgs(
+                    api_groups=[API_GROUP],
+                    api_versions=["*"],
+                    operations=["UPDATE"],
+                    resources=guarded_resources(role_rules),
+                )
+            ]
+        ),
+        match_conditions=[
+            k8s.admissionregistration.v1.MatchConditionArgs(
+                name="workers-service-account",
+                expression=f"request.userInfo.username == '{service_account_user(cfg)}'",
+            )
+        ],
+        validations=[
+            k8s.admissionregistration.v1.ValidationArgs(
+                expression=REPLICAS_ALLOWED,
+                message=message,
+                # A CEL string literal: JSON's double-quoted form (the message has quotes).
+                message_expression=f"{json.dumps(message + '; got ')} + "
+                "string(object.spec.replicas)",
+                reason="Forbidden",
+            )
+        ],
+    )
 
 
-def binding_manifest(cfg: StackConfig) -> dict:
+def binding_spec(
+    cfg: StackConfig,
+) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs:
     """The binding: the policy, denying, in the training namespace only."""
-    return {
-        "metadata": metadata(cfg, policy_name(cfg), "worker", namespaced=False),
-        "spec": {
-            "policyName": policy_name(cfg),
-            "validationActions": ["Deny"],
-            "matchResources": {
-                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: cfg.namespace}}
-            },
-        },
-    }
+    return k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
+        policy_name=policy_name(cfg),
+        validation_actions=["Deny"],
+        match_resources=k8s.admissionregistration.v1.MatchResourcesArgs(
+            namespace_selector=k8s.meta.v1.LabelSelectorArgs(
+                match_labels={NAMESPACE_NAME_LABEL: cfg.namespace}
+            )
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -142,10 +142,18 @@ class WorkerScaleGuard(Component):
         self, name: str, args: WorkerScaleGuardArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(COMPONENT_TYPE, name, opts)
-        policy = kubernetes.admissionregistration.v1.ValidatingAdmissionPolicy(
-            name, **kwargs(policy_manifest(args.cfg, args.role_rules)), opts=self.child_opts()
+        # Cluster-scoped, both named after the namespace and the StatefulSet (policy_name).
+        meta = metadata(args.cfg, policy_name(args.cfg), "worker", namespaced=False)
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            name,
+            metadata=meta,
+            spec=policy_spec(args.cfg, args.role_rules),
+            opts=self.child_opts(),
         )
-        kubernetes.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            name, **kwargs(binding_manifest(args.cfg)), opts=self.child_opts(depends_on=[policy])
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            name,
+            metadata=meta,
+            spec=binding_spec(args.cfg),
+            opts=self.child_opts(depends_on=[policy]),
         )
         self.register_outputs({"policy": policy.metadata.apply(lambda m: m.name)})

@@ -6,6 +6,11 @@ immutable, so it must not contain the version.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import pulumi
+import pulumi_kubernetes as k8s
+
 from infra.config import StackConfig
 
 APP = "tf-distributed"
@@ -32,22 +37,25 @@ def standard_labels(cfg: StackConfig, component: str) -> dict[str, str]:
     }
 
 
-def metadata(cfg: StackConfig, name: str, component: str, namespaced: bool = True) -> dict:
-    """``metadata`` of an object: explicit name (no Pulumi suffix), namespace, labels."""
-    meta: dict = {"name": name, "labels": standard_labels(cfg, component)}
-    if namespaced:
-        meta["namespace"] = cfg.namespace
-    return meta
+def metadata(
+    cfg: StackConfig,
+    name: str,
+    component: str,
+    *,
+    namespaced: bool = True,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, pulumi.Input[str]] | None = None,
+) -> k8s.meta.v1.ObjectMetaArgs:
+    """``metadata`` of an object: explicit name (no Pulumi suffix), namespace, the standard
+    labels of ``component`` plus ``labels``, and ``annotations``."""
+    return k8s.meta.v1.ObjectMetaArgs(
+        name=name,
+        namespace=cfg.namespace if namespaced else None,
+        labels={**standard_labels(cfg, component), **(labels or {})},
+        annotations=dict(annotations) if annotations is not None else None,
+    )
 
 
-def kwargs(manifest: dict) -> dict:
-    """Top-level manifest fields as the SDK's keyword arguments (``roleRef`` -> ``role_ref``).
-
-    Nested dictionaries stay in the Kubernetes (camelCase) spelling, which the SDK passes
-    through unchanged, so builders and rendered manifests read the same.
-    """
-    out = {}
-    for key, value in manifest.items():
-        snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
-        out[snake] = value
-    return out
+def selector(cfg: StackConfig, component: str = COMPONENT_WORKER) -> k8s.meta.v1.LabelSelectorArgs:
+    """A label selector (``matchLabels``) of one component's pods."""
+    return k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(cfg, component))

@@ -21,13 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as kubernetes
+import pulumi_kubernetes as k8s
 
 from infra import workers
 from infra.component import Component
 from infra.config import StackConfig
-from infra.labels import kwargs, metadata
-from infra.quota import quota_manifest
+from infra.labels import metadata
+from infra.quota import quota_name, quota_spec
 from trainer import contract
 
 COMPONENT_TYPE = "tfd:infra:TrainingNamespace"
@@ -35,46 +35,36 @@ PSA_LEVEL = "restricted"
 PSA_VERSION = "latest"
 
 
-def namespace_manifest(cfg: StackConfig) -> dict:
+def namespace_metadata(cfg: StackConfig) -> k8s.meta.v1.ObjectMetaArgs:
     """Namespace with Pod Security Admission ``restricted`` enforced (and audited, warned)."""
-    meta = metadata(cfg, cfg.namespace, "namespace", namespaced=False)
+    psa: dict[str, str] = {}
     for mode in ("enforce", "audit", "warn"):
-        meta["labels"][f"pod-security.kubernetes.io/{mode}"] = PSA_LEVEL
-        meta["labels"][f"pod-security.kubernetes.io/{mode}-version"] = PSA_VERSION
-    return {"metadata": meta}
-
-
-def service_account_manifest(cfg: StackConfig) -> dict:
-    """The workers' dedicated ServiceAccount; no token is automounted from it."""
-    return {
-        "metadata": metadata(cfg, cfg.service_account_name, "worker"),
-        "automountServiceAccountToken": False,
-    }
+        psa[f"pod-security.kubernetes.io/{mode}"] = PSA_LEVEL
+        psa[f"pod-security.kubernetes.io/{mode}-version"] = PSA_VERSION
+    return metadata(cfg, cfg.namespace, "namespace", namespaced=False, labels=psa)
 
 
 def role_rules(cfg: StackConfig) -> list[dict]:
-    """One rule per call in ``contract.API_CALLS``, on the names the trainer may touch."""
+    """One rule per call in ``contract.API_CALLS``, on the names the trainer may touch (the
+    contract's plain dictionaries: :mod:`infra.admission` reads them too)."""
     return contract.role_rules(cfg.statefulset_name, workers.max_replicas(cfg))
 
 
-def role_manifest(cfg: StackConfig) -> dict:
-    """The workers' Role: :func:`role_rules`."""
-    return {"metadata": metadata(cfg, role_name(cfg), "worker"), "rules": role_rules(cfg)}
+def policy_rules(rules: list[dict]) -> list[k8s.rbac.v1.PolicyRuleArgs]:
+    """:func:`role_rules` as the Role's typed ``rules``."""
+    return [
+        k8s.rbac.v1.PolicyRuleArgs(
+            api_groups=r["apiGroups"],
+            resources=r["resources"],
+            resource_names=r["resourceNames"],
+            verbs=r["verbs"],
+        )
+        for r in rules
+    ]
 
 
 def role_name(cfg: StackConfig) -> str:
     return f"{cfg.app_name}-trainer"
-
-
-def role_binding_manifest(cfg: StackConfig, role_name: str) -> dict:
-    """Binds the Role named ``role_name`` to the workers' ServiceAccount (same name)."""
-    return {
-        "metadata": metadata(cfg, role_name, "worker"),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
-        "subjects": [
-            {"kind": "ServiceAccount", "name": cfg.service_account_name, "namespace": cfg.namespace}
-        ],
-    }
 
 
 @dataclass(frozen=True)
@@ -108,9 +98,9 @@ class TrainingNamespace(Component):
         self.role_rules = role_rules(cfg)
         namespaced: list[pulumi.Resource] = []
         if cfg.owns_namespace:
-            ns = kubernetes.core.v1.Namespace(
+            ns = k8s.core.v1.Namespace(
                 name,
-                **kwargs(namespace_manifest(cfg)),
+                metadata=namespace_metadata(cfg),
                 opts=self.child_opts(retain_on_delete=cfg.retains_namespace),
             )
             namespaced.append(ns)
@@ -118,16 +108,39 @@ class TrainingNamespace(Component):
         else:
             self.namespace_name = pulumi.Output.from_input(cfg.namespace)
         in_ns = self.child_opts(depends_on=namespaced)
-        quota = quota_manifest(cfg)
-        if quota is not None:
-            kubernetes.core.v1.ResourceQuota(f"{name}-quota", **kwargs(quota), opts=in_ns)
-        sa = kubernetes.core.v1.ServiceAccount(
-            f"{name}-worker", **kwargs(service_account_manifest(cfg)), opts=in_ns
+        if cfg.owns_namespace:
+            # A quota counts every pod of its namespace: only in the stack's own (infra.quota).
+            k8s.core.v1.ResourceQuota(
+                f"{name}-quota",
+                metadata=metadata(cfg, quota_name(cfg), "quota"),
+                spec=quota_spec(cfg),
+                opts=in_ns,
+            )
+        # The workers' dedicated ServiceAccount; no token is automounted from it.
+        sa = k8s.core.v1.ServiceAccount(
+            f"{name}-worker",
+            metadata=metadata(cfg, cfg.service_account_name, "worker"),
+            automount_service_account_token=False,
+            opts=in_ns,
         )
-        role = kubernetes.rbac.v1.Role(f"{name}-trainer", **kwargs(role_manifest(cfg)), opts=in_ns)
-        kubernetes.rbac.v1.RoleBinding(
+        role = k8s.rbac.v1.Role(
             f"{name}-trainer",
-            **kwargs(role_binding_manifest(cfg, role_name(cfg))),
+            metadata=metadata(cfg, role_name(cfg), "worker"),
+            rules=policy_rules(self.role_rules),
+            opts=in_ns,
+        )
+        # Binds the Role to the workers' ServiceAccount (both in the training namespace).
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-trainer",
+            metadata=metadata(cfg, role_name(cfg), "worker"),
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="Role", name=role_name(cfg)
+            ),
+            subjects=[
+                k8s.rbac.v1.SubjectArgs(
+                    kind="ServiceAccount", name=cfg.service_account_name, namespace=cfg.namespace
+                )
+            ],
             opts=self.child_opts(depends_on=[role, sa]),
         )
         self.service_account_name = sa.metadata.apply(lambda m: m.name)

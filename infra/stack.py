@@ -19,7 +19,8 @@ from infra.image import PrebuiltImage, TrainerImage, image_args, prebuilt_image
 from infra.labels import selector_labels, standard_labels
 from infra.namespace import TrainingNamespace, TrainingNamespaceArgs
 from infra.network import NetworkPolicies, NetworkPoliciesArgs
-from infra.workers import CONTAINER_NAME, Workers, WorkersArgs, max_replicas
+from infra.pod import CONTAINER_NAME
+from infra.workers import Workers, WorkersArgs, max_replicas
 from trainer import contract
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from pulumi.runtime.rpc import is_rpc_secret, unwrap_rpc_secret
 
 from infra import image, render
 from infra.config import PROJECT, ConfigError, ImageConfig
-from infra.workers import CONTAINER_NAME
+from infra.pod import CONTAINER_NAME
 
 PASSWORD = "hunter2-registry-password"
 REGISTRY = "registry.example.com:5000/ml"

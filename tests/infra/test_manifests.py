@@ -8,9 +8,9 @@ import pytest
 
 from infra import workers
 from infra.config import parse_config
+from infra.pod import trainer_args, trainer_flags
 from infra.render import SECRET_TEXT, render_stack, stack_config
 from infra.stack import MONITORING_OUTPUTS
-from infra.workers import trainer_args, trainer_flags
 from trainer import contract
 
 STACKS = ["dev", "prod"]
