@@ -21,18 +21,19 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.component import Component
-from infra.config import StackConfig
-from infra.labels import metadata
+from infra.config import AutoscalingConfig, StackConfig
+from infra.labels import Identity, metadata
 
 COMPONENT_TYPE = "tfd:infra:Autoscaler"
 
 
-def hpa_spec(cfg: StackConfig) -> k8s.autoscaling.v2.HorizontalPodAutoscalerSpecArgs:
+def hpa_spec(
+    a: AutoscalingConfig, statefulset_name: str
+) -> k8s.autoscaling.v2.HorizontalPodAutoscalerSpecArgs:
     """The HPA: CPU target derived from request and limit, paced scale-up, no scale-down."""
-    a = cfg.autoscaling
     return k8s.autoscaling.v2.HorizontalPodAutoscalerSpecArgs(
         scale_target_ref=k8s.autoscaling.v2.CrossVersionObjectReferenceArgs(
-            api_version="apps/v1", kind="StatefulSet", name=cfg.statefulset_name
+            api_version="apps/v1", kind="StatefulSet", name=statefulset_name
         ),
         min_replicas=a.min_replicas,
         max_replicas=a.max_replicas,
@@ -64,10 +65,28 @@ def hpa_spec(cfg: StackConfig) -> k8s.autoscaling.v2.HorizontalPodAutoscalerSpec
 
 @dataclass(frozen=True)
 class AutoscalerArgs:
-    """Inputs of :class:`Autoscaler`: the config and the StatefulSet it scales."""
+    """Inputs of :class:`Autoscaler`.
 
-    cfg: StackConfig
+    Attributes:
+        identity: labels and namespace of the HPA.
+        autoscaling: the stack's ``autoscaling*`` settings.
+        statefulset_name: the StatefulSet it scales (the HPA has its name too).
+        statefulset: that StatefulSet's resource (the HPA is created after it).
+    """
+
+    identity: Identity
+    autoscaling: AutoscalingConfig
+    statefulset_name: str
     statefulset: pulumi.Resource
+
+    @classmethod
+    def from_config(cls, cfg: StackConfig, statefulset: pulumi.Resource) -> AutoscalerArgs:
+        return cls(
+            identity=Identity.of(cfg),
+            autoscaling=cfg.autoscaling,
+            statefulset_name=cfg.statefulset_name,
+            statefulset=statefulset,
+        )
 
 
 class Autoscaler(Component):
@@ -79,8 +98,8 @@ class Autoscaler(Component):
         super().__init__(COMPONENT_TYPE, name, opts)
         hpa = k8s.autoscaling.v2.HorizontalPodAutoscaler(
             name,
-            metadata=metadata(args.cfg, args.cfg.statefulset_name, "autoscaler"),
-            spec=hpa_spec(args.cfg),
+            metadata=metadata(args.identity, args.statefulset_name, "autoscaler"),
+            spec=hpa_spec(args.autoscaling, args.statefulset_name),
             opts=self.child_opts(depends_on=[args.statefulset]),
         )
         self.register_outputs({"hpa": hpa.metadata.apply(lambda m: m.name)})

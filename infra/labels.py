@@ -1,12 +1,14 @@
 """The recommended ``app.kubernetes.io/*`` labels, one definition for every object.
 
 Selectors use only the stable subset (:func:`selector_labels`): a selector of a StatefulSet is
-immutable, so it must not contain the version.
+immutable, so it must not contain the version. Everything labels and metadata need of the stack
+is its :class:`Identity`, the one input of every component that names and labels objects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -18,27 +20,46 @@ MANAGED_BY = "pulumi"
 COMPONENT_WORKER = "worker"
 
 
-def selector_labels(cfg: StackConfig, component: str = COMPONENT_WORKER) -> dict[str, str]:
+@dataclass(frozen=True)
+class Identity:
+    """Whose objects these are: the app instance, its release, and the training namespace.
+
+    Attributes:
+        app_name: ``appName`` (``app.kubernetes.io/instance``, the prefix of object names).
+        version: the image tag (``app.kubernetes.io/version``).
+        namespace: the training namespace, of every namespaced object.
+    """
+
+    app_name: str
+    version: str
+    namespace: str
+
+    @classmethod
+    def of(cls, cfg: StackConfig) -> Identity:
+        return cls(app_name=cfg.app_name, version=cfg.image.tag, namespace=cfg.namespace)
+
+
+def selector_labels(ident: Identity, component: str = COMPONENT_WORKER) -> dict[str, str]:
     """Labels that select one component's pods (stable across releases)."""
     return {
         "app.kubernetes.io/name": APP,
-        "app.kubernetes.io/instance": cfg.app_name,
+        "app.kubernetes.io/instance": ident.app_name,
         "app.kubernetes.io/component": component,
     }
 
 
-def standard_labels(cfg: StackConfig, component: str) -> dict[str, str]:
+def standard_labels(ident: Identity, component: str) -> dict[str, str]:
     """All recommended labels for an object of ``component`` (selector labels included)."""
     return {
-        **selector_labels(cfg, component),
+        **selector_labels(ident, component),
         "app.kubernetes.io/part-of": APP,
         "app.kubernetes.io/managed-by": MANAGED_BY,
-        "app.kubernetes.io/version": cfg.image.tag,
+        "app.kubernetes.io/version": ident.version,
     }
 
 
 def metadata(
-    cfg: StackConfig,
+    ident: Identity,
     name: str,
     component: str,
     *,
@@ -50,12 +71,12 @@ def metadata(
     labels of ``component`` plus ``labels``, and ``annotations``."""
     return k8s.meta.v1.ObjectMetaArgs(
         name=name,
-        namespace=cfg.namespace if namespaced else None,
-        labels={**standard_labels(cfg, component), **(labels or {})},
+        namespace=ident.namespace if namespaced else None,
+        labels={**standard_labels(ident, component), **(labels or {})},
         annotations=dict(annotations) if annotations is not None else None,
     )
 
 
-def selector(cfg: StackConfig, component: str = COMPONENT_WORKER) -> k8s.meta.v1.LabelSelectorArgs:
+def selector(ident: Identity, component: str = COMPONENT_WORKER) -> k8s.meta.v1.LabelSelectorArgs:
     """A label selector (``matchLabels``) of one component's pods."""
-    return k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(cfg, component))
+    return k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(ident, component))

@@ -31,8 +31,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.component import Component
-from infra.config import StackConfig
-from infra.labels import metadata, selector, selector_labels
+from infra.config import ClusterConfig, StackConfig
+from infra.labels import Identity, metadata, selector, selector_labels
 
 COMPONENT_TYPE = "tfd:infra:NetworkPolicies"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -57,6 +57,41 @@ STACK_POD_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance")
 
 
 @dataclass(frozen=True)
+class NetworkPoliciesArgs:
+    """Inputs of :class:`NetworkPolicies`.
+
+    Attributes:
+        identity: labels and namespace of the policies and of the pods they select.
+        cluster: the API server, DNS and HTTPS egress ranges.
+        grpc_port, metrics_port: the workers' ports.
+        nccl: the workers' collective may run on NCCL (:func:`uses_nccl`).
+        whole_namespace: the stack owns the namespace, so the namespace-wide policies select
+            every pod of it (:func:`scope_selector`).
+        monitoring_namespace: where Prometheus scrapes from; ``None`` without monitoring.
+    """
+
+    identity: Identity
+    cluster: ClusterConfig
+    grpc_port: int
+    metrics_port: int
+    nccl: bool
+    whole_namespace: bool
+    monitoring_namespace: str | None
+
+    @classmethod
+    def from_config(cls, cfg: StackConfig) -> NetworkPoliciesArgs:
+        return cls(
+            identity=Identity.of(cfg),
+            cluster=cfg.cluster,
+            grpc_port=cfg.workers.grpc_port,
+            metrics_port=cfg.workers.metrics_port,
+            nccl=uses_nccl(cfg),
+            whole_namespace=cfg.owns_namespace,
+            monitoring_namespace=cfg.monitoring.namespace if cfg.monitoring.enabled else None,
+        )
+
+
+@dataclass(frozen=True)
 class Policy:
     """One NetworkPolicy: its name and ``spec``."""
 
@@ -64,8 +99,10 @@ class Policy:
     spec: k8s.networking.v1.NetworkPolicySpecArgs
 
 
-def _policy(cfg: StackConfig, suffix: str, **spec) -> Policy:
-    return Policy(f"{cfg.app_name}-{suffix}", k8s.networking.v1.NetworkPolicySpecArgs(**spec))
+def _policy(args: NetworkPoliciesArgs, suffix: str, **spec) -> Policy:
+    return Policy(
+        f"{args.identity.app_name}-{suffix}", k8s.networking.v1.NetworkPolicySpecArgs(**spec)
+    )
 
 
 def _ports(protocol: str, *numbers: int) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
@@ -82,12 +119,12 @@ def _namespace(name: str) -> k8s.meta.v1.LabelSelectorArgs:
     return k8s.meta.v1.LabelSelectorArgs(match_labels={NAMESPACE_NAME_LABEL: name})
 
 
-def scope_selector(cfg: StackConfig) -> k8s.meta.v1.LabelSelectorArgs:
+def scope_selector(args: NetworkPoliciesArgs) -> k8s.meta.v1.LabelSelectorArgs:
     """The pods the namespace-wide policies (default deny, DNS) select: every pod of a namespace
     the stack owns, else only this stack's (its ``app.kubernetes.io/name`` and ``instance``)."""
-    if cfg.owns_namespace:
+    if args.whole_namespace:
         return k8s.meta.v1.LabelSelectorArgs()
-    labels = selector_labels(cfg)
+    labels = selector_labels(args.identity)
     return k8s.meta.v1.LabelSelectorArgs(match_labels={k: labels[k] for k in STACK_POD_LABELS})
 
 
@@ -119,29 +156,29 @@ def uses_nccl(cfg: StackConfig) -> bool:
     return cfg.workers.gpus > 0 and cfg.training.collective != "ring"
 
 
-def peer_policy(cfg: StackConfig) -> Policy:
+def peer_policy(args: NetworkPoliciesArgs) -> Policy:
     """Worker-to-worker traffic, both directions, between worker pods only.
 
     The gRPC port alone without NCCL. With NCCL every TCP port (a port entry without ``port``
     matches all ports of its protocol): NCCL bootstraps and moves tensors between hosts over
     sockets on ephemeral ports (``NCCL_SOCKET_IFNAME`` picks the interface, not the port).
     """
-    if uses_nccl(cfg):
+    if args.nccl:
         suffix, ports = "workers-nccl", [k8s.networking.v1.NetworkPolicyPortArgs(protocol="TCP")]
     else:
-        suffix, ports = "workers-grpc", _ports("TCP", cfg.workers.grpc_port)
-    workers = [k8s.networking.v1.NetworkPolicyPeerArgs(pod_selector=selector(cfg))]
+        suffix, ports = "workers-grpc", _ports("TCP", args.grpc_port)
+    workers = [k8s.networking.v1.NetworkPolicyPeerArgs(pod_selector=selector(args.identity))]
     return _policy(
-        cfg,
+        args,
         suffix,
-        pod_selector=selector(cfg),
+        pod_selector=selector(args.identity),
         policy_types=["Ingress", "Egress"],
         ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=workers, ports=ports)],
         egress=[k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=workers, ports=ports)],
     )
 
 
-def network_policies(cfg: StackConfig) -> list[Policy]:
+def network_policies(args: NetworkPoliciesArgs) -> list[Policy]:
     """Every NetworkPolicy of the namespace, deny-all first."""
     dns_peers = [
         k8s.networking.v1.NetworkPolicyPeerArgs(
@@ -149,20 +186,20 @@ def network_policies(cfg: StackConfig) -> list[Policy]:
             pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(DNS_POD_LABELS)),
         ),
         # Resolvers outside kube-dns: NodeLocal DNSCache, GKE's Cloud DNS.
-        *(_ip_block(c) for c in cfg.cluster.dns_egress_cidrs),
+        *(_ip_block(c) for c in args.cluster.dns_egress_cidrs),
     ]
     policies = [
         _policy(
-            cfg,
+            args,
             "default-deny",
-            pod_selector=scope_selector(cfg),
+            pod_selector=scope_selector(args),
             policy_types=["Ingress", "Egress"],
         ),
-        peer_policy(cfg),
+        peer_policy(args),
         _policy(
-            cfg,
+            args,
             "dns",
-            pod_selector=scope_selector(cfg),
+            pod_selector=scope_selector(args),
             policy_types=["Egress"],
             egress=[
                 k8s.networking.v1.NetworkPolicyEgressRuleArgs(
@@ -171,58 +208,53 @@ def network_policies(cfg: StackConfig) -> list[Policy]:
             ],
         ),
         _policy(
-            cfg,
+            args,
             "api-server",
-            pod_selector=selector(cfg),
+            pod_selector=selector(args.identity),
             policy_types=["Egress"],
             egress=[
                 k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-                    to=[_ip_block(c) for c in cfg.cluster.api_server_cidrs],
-                    ports=_ports("TCP", *cfg.cluster.api_server_ports),
+                    to=[_ip_block(c) for c in args.cluster.api_server_cidrs],
+                    ports=_ports("TCP", *args.cluster.api_server_ports),
                 )
             ],
         ),
     ]
-    if cfg.cluster.egress_https_cidrs:
+    if args.cluster.egress_https_cidrs:
         policies.append(
             _policy(
-                cfg,
+                args,
                 "https-egress",
-                pod_selector=selector(cfg),
+                pod_selector=selector(args.identity),
                 policy_types=["Egress"],
                 egress=[
                     k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-                        to=[https_peer(c) for c in cfg.cluster.egress_https_cidrs],
+                        to=[https_peer(c) for c in args.cluster.egress_https_cidrs],
                         ports=_ports("TCP", 443),
                     )
                 ],
             )
         )
-    if cfg.monitoring.enabled:
+    if args.monitoring_namespace is not None:
         policies.append(
             _policy(
-                cfg,
+                args,
                 "metrics",
-                pod_selector=selector(cfg),
+                pod_selector=selector(args.identity),
                 policy_types=["Ingress"],
                 ingress=[
                     k8s.networking.v1.NetworkPolicyIngressRuleArgs(
                         from_=[
                             k8s.networking.v1.NetworkPolicyPeerArgs(
-                                namespace_selector=_namespace(cfg.monitoring.namespace)
+                                namespace_selector=_namespace(args.monitoring_namespace)
                             )
                         ],
-                        ports=_ports("TCP", cfg.workers.metrics_port),
+                        ports=_ports("TCP", args.metrics_port),
                     )
                 ],
             )
         )
     return policies
-
-
-@dataclass(frozen=True)
-class NetworkPoliciesArgs:
-    cfg: StackConfig
 
 
 class NetworkPolicies(Component):
@@ -233,10 +265,10 @@ class NetworkPolicies(Component):
     ) -> None:
         super().__init__(COMPONENT_TYPE, name, opts)
         names = []
-        for policy in network_policies(args.cfg):
+        for policy in network_policies(args):
             k8s.networking.v1.NetworkPolicy(
                 policy.name,
-                metadata=metadata(args.cfg, policy.name, "network"),
+                metadata=metadata(args.identity, policy.name, "network"),
                 spec=policy.spec,
                 opts=self.child_opts(),
             )

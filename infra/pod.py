@@ -15,7 +15,7 @@ import pulumi_kubernetes as k8s
 
 from infra.config import StackConfig
 from infra.image import IMAGE_GID, IMAGE_UID
-from infra.labels import COMPONENT_WORKER, standard_labels
+from infra.labels import COMPONENT_WORKER, Identity, standard_labels
 from trainer import contract
 
 CONTAINER_NAME = "trainer"
@@ -295,7 +295,7 @@ def pod_template(
     gpu = w.gpus > 0
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(
-            labels=standard_labels(cfg, COMPONENT_WORKER),
+            labels=standard_labels(Identity.of(cfg), COMPONENT_WORKER),
             annotations={IMAGE_ID_ANNOTATION: image_id} if image_id is not None else None,
         ),
         spec=k8s.core.v1.PodSpecArgs(

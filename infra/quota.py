@@ -19,8 +19,6 @@ of :mod:`infra.admission` still keeps the workers' own scale calls at zero.
 
 from __future__ import annotations
 
-import pulumi_kubernetes as k8s
-
 from infra.config import StackConfig, scale_quantity
 from infra.pod import container_resources
 from infra.workers import max_replicas
@@ -31,8 +29,8 @@ such as ``nvidia.com/gpu``) can only be bounded as ``requests.<name>``, which Ku
 equal to its limit."""
 
 
-def quota_name(cfg: StackConfig) -> str:
-    return f"{cfg.app_name}-workers"
+def quota_name(app_name: str) -> str:
+    return f"{app_name}-workers"
 
 
 def quota_hard(cfg: StackConfig) -> dict[str, str]:
@@ -45,8 +43,3 @@ def quota_hard(cfg: StackConfig) -> dict[str, str]:
             key = f"{part}.{name}" if name in COMPUTE else f"requests.{name}"
             hard[key] = scale_quantity(amount, count)
     return hard
-
-
-def quota_spec(cfg: StackConfig) -> k8s.core.v1.ResourceQuotaSpecArgs:
-    """The ResourceQuota's ``spec`` (created in a namespace the stack owns only)."""
-    return k8s.core.v1.ResourceQuotaSpecArgs(hard=quota_hard(cfg))

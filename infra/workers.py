@@ -42,7 +42,7 @@ import pulumi_kubernetes as k8s
 
 from infra.component import Component
 from infra.config import StackConfig
-from infra.labels import COMPONENT_WORKER, metadata, selector, selector_labels
+from infra.labels import COMPONENT_WORKER, Identity, metadata, selector, selector_labels
 from infra.pod import pod_template
 from trainer import contract
 
@@ -81,7 +81,7 @@ def service_spec(cfg: StackConfig) -> k8s.core.v1.ServiceSpecArgs:
     return k8s.core.v1.ServiceSpecArgs(
         cluster_ip="None",
         publish_not_ready_addresses=True,
-        selector=selector_labels(cfg),
+        selector=selector_labels(Identity.of(cfg)),
         ports=[
             port(contract.GRPC_PORT_NAME, cfg.workers.grpc_port),
             port(contract.METRICS_PORT_NAME, cfg.workers.metrics_port),
@@ -113,7 +113,7 @@ def statefulset_spec(
         pod_management_policy="Parallel",
         # The trainer restarts all workers together on a new template (module docstring).
         update_strategy=k8s.apps.v1.StatefulSetUpdateStrategyArgs(type="OnDelete"),
-        selector=selector(cfg),
+        selector=selector(Identity.of(cfg)),
         template=pod_template(cfg, image, pull_policy, image_id),
     )
 
@@ -151,7 +151,9 @@ def pdb_spec(cfg: StackConfig) -> k8s.policy.v1.PodDisruptionBudgetSpecArgs:
 
     Drain a node by scaling the job down (or deleting it) first.
     """
-    return k8s.policy.v1.PodDisruptionBudgetSpecArgs(max_unavailable=0, selector=selector(cfg))
+    return k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+        max_unavailable=0, selector=selector(Identity.of(cfg))
+    )
 
 
 @dataclass(frozen=True)
@@ -188,9 +190,10 @@ class Workers(Component):
     ) -> None:
         super().__init__(COMPONENT_TYPE, name, opts)
         cfg = args.cfg
+        ident = Identity.of(cfg)
         service = k8s.core.v1.Service(
             f"{name}-headless",
-            metadata=metadata(cfg, cfg.service_name, COMPONENT_WORKER),
+            metadata=metadata(ident, cfg.service_name, COMPONENT_WORKER),
             spec=service_spec(cfg),
             opts=self.child_opts(),
         )
@@ -198,7 +201,7 @@ class Workers(Component):
         if not cfg.storage.uri:
             claim = k8s.core.v1.PersistentVolumeClaim(
                 f"{name}-checkpoints",
-                metadata=metadata(cfg, cfg.checkpoint_claim_name, "checkpoints"),
+                metadata=metadata(ident, cfg.checkpoint_claim_name, "checkpoints"),
                 spec=claim_spec(cfg),
                 opts=self.child_opts(
                     # Checkpoints outlive `pulumi destroy` unless the stack says Delete (the
@@ -215,7 +218,7 @@ class Workers(Component):
         self.statefulset = k8s.apps.v1.StatefulSet(
             name,
             metadata=metadata(
-                cfg,
+                ident,
                 cfg.statefulset_name,
                 COMPONENT_WORKER,
                 annotations={RUN_ID_ANNOTATION: cfg.training.run_id},
@@ -250,7 +253,7 @@ class Workers(Component):
         )
         k8s.policy.v1.PodDisruptionBudget(
             name,
-            metadata=metadata(cfg, cfg.statefulset_name, COMPONENT_WORKER),
+            metadata=metadata(ident, cfg.statefulset_name, COMPONENT_WORKER),
             spec=pdb_spec(cfg),
             opts=self.child_opts(),
         )
