@@ -9,11 +9,12 @@ projected API token instead of an automounted one (:mod:`infra.namespace` grants
 from __future__ import annotations
 
 import posixpath
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.config import StackConfig
+from infra.config import StackConfig, TrainingConfig, WorkerConfig
 from infra.image import IMAGE_GID, IMAGE_UID
 from infra.labels import COMPONENT_WORKER, Identity, standard_labels
 from trainer import contract
@@ -48,24 +49,22 @@ def checkpoint_dir(cfg: StackConfig) -> str:
     return f"{root}/{cfg.project}/{cfg.stack}/{cfg.training.run_id}"
 
 
-def container_resources(cfg: StackConfig) -> dict[str, dict[str, str | int]]:
+def container_resources(w: WorkerConfig) -> dict[str, dict[str, str | int]]:
     """The trainer container's ``resources``: one worker's requests and limits (GPUs as a limit
     only, which Kubernetes copies to the request). The namespace quota multiplies these."""
-    w = cfg.workers
     limits: dict[str, str | int] = {"cpu": w.cpu_limit, "memory": w.memory_limit}
     if w.gpus > 0:
         limits[w.gpu_resource] = w.gpus
     return {"requests": {"cpu": w.cpu_request, "memory": w.memory_request}, "limits": limits}
 
 
-def trainer_flags(cfg: StackConfig) -> contract.TrainerFlags:
+def trainer_flags(t: TrainingConfig) -> contract.TrainerFlags:
     """The trainer's flags the stack sets (its ``training`` settings); the rest keep the
     trainer's defaults."""
-    return contract.TrainerFlags(**_stack_flags(cfg))
+    return contract.TrainerFlags(**_stack_flags(t))
 
 
-def _stack_flags(cfg: StackConfig) -> dict[str, str | int]:
-    t = cfg.training
+def _stack_flags(t: TrainingConfig) -> dict[str, str | int]:
     return {
         "dataset": t.dataset,
         "epochs": t.epochs,
@@ -80,13 +79,76 @@ def _stack_flags(cfg: StackConfig) -> dict[str, str | int]:
     }
 
 
-def trainer_args(cfg: StackConfig) -> list[str]:
+def trainer_args(t: TrainingConfig) -> list[str]:
     """The container ``args`` (flags of ``python -m trainer``); the image owns the entrypoint.
 
     Every flag the stack sets is written, also at the trainer's default: the pod spec states
     the run's settings whatever the image's defaults are.
     """
-    return trainer_flags(cfg).to_argv(always=_stack_flags(cfg))
+    return trainer_flags(t).to_argv(always=_stack_flags(t))
+
+
+@dataclass(frozen=True)
+class PodArgs:
+    """What the worker pod template is made of.
+
+    Attributes:
+        identity: labels of the pods and the namespace.
+        statefulset_name, service_name, service_account_name: the workers' objects.
+        workers: the pods' resources, GPUs, ports and grace period.
+        training: the trainer's flags and the run id.
+        checkpoint_dir: ``TFD_CHECKPOINT_DIR`` (:func:`checkpoint_dir`).
+        claim_name: the shared checkpoint claim mounted at :data:`CHECKPOINT_MOUNT`; ``None``
+            with an object-store URI.
+        cluster_domain: the cluster's DNS domain (peer addresses).
+        replicas_source: ``TFD_REPLICAS_SOURCE`` (``api`` with an autoscaler, else ``env``).
+        project, stack: the run manifest's identity fields.
+        image: container image reference (a digest reference on cloud stacks).
+        pull_policy: ``imagePullPolicy`` chosen by the image component.
+        image_id: value of the :data:`IMAGE_ID_ANNOTATION` pod-template annotation, if any.
+    """
+
+    identity: Identity
+    statefulset_name: str
+    service_name: str
+    service_account_name: str
+    workers: WorkerConfig
+    training: TrainingConfig
+    checkpoint_dir: str
+    claim_name: str | None
+    cluster_domain: str
+    replicas_source: str
+    project: str
+    stack: str
+    image: pulumi.Input[str]
+    pull_policy: str
+    image_id: pulumi.Input[str] | None = None
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: StackConfig,
+        image: pulumi.Input[str],
+        pull_policy: str,
+        image_id: pulumi.Input[str] | None = None,
+    ) -> PodArgs:
+        return cls(
+            identity=Identity.of(cfg),
+            statefulset_name=cfg.statefulset_name,
+            service_name=cfg.service_name,
+            service_account_name=cfg.service_account_name,
+            workers=cfg.workers,
+            training=cfg.training,
+            checkpoint_dir=checkpoint_dir(cfg),
+            claim_name=None if cfg.storage.uri else cfg.checkpoint_claim_name,
+            cluster_domain=cfg.cluster.domain,
+            replicas_source=cfg.replicas_source,
+            project=cfg.project,
+            stack=cfg.stack,
+            image=image,
+            pull_policy=pull_policy,
+            image_id=image_id,
+        )
 
 
 def _value(name: str, value: pulumi.Input[str]) -> k8s.core.v1.EnvVarArgs:
@@ -103,30 +165,28 @@ def _field(name: str, path: str) -> k8s.core.v1.EnvVarArgs:
     )
 
 
-def pod_env(
-    cfg: StackConfig, image: pulumi.Input[str] | None = None
-) -> list[k8s.core.v1.EnvVarArgs]:
+def pod_env(p: PodArgs) -> list[k8s.core.v1.EnvVarArgs]:
     """The pod environment contract (``trainer/contract/env.py``), plus ``HOME`` on the tmp volume.
 
-    ``image``: the container's image reference, passed as ``TFD_IMAGE`` (the run manifest
-    records it). ``TFD_WORKER_HOSTS`` is never set: it is for local runs only.
+    The container's image reference is ``TFD_IMAGE`` (the run manifest records it).
+    ``TFD_WORKER_HOSTS`` is never set: it is for local runs only.
     """
     env = [
         _field(contract.ENV_POD_NAME, "metadata.name"),
         _field(contract.ENV_NAMESPACE, "metadata.namespace"),
-        _value(contract.ENV_STATEFULSET, cfg.statefulset_name),
-        _value(contract.ENV_SERVICE, cfg.service_name),
-        _value(contract.ENV_REPLICAS, str(cfg.workers.replicas)),
-        _value(contract.ENV_REPLICAS_SOURCE, cfg.replicas_source),
-        _value(contract.ENV_GRPC_PORT, str(cfg.workers.grpc_port)),
-        _value(contract.ENV_CLUSTER_DOMAIN, cfg.cluster.domain),
-        _value(contract.ENV_CHECKPOINT_DIR, checkpoint_dir(cfg)),
-        _value(contract.ENV_METRICS_PORT, str(cfg.workers.metrics_port)),
-        _value(contract.ENV_RUN_ID, cfg.training.run_id),
+        _value(contract.ENV_STATEFULSET, p.statefulset_name),
+        _value(contract.ENV_SERVICE, p.service_name),
+        _value(contract.ENV_REPLICAS, str(p.workers.replicas)),
+        _value(contract.ENV_REPLICAS_SOURCE, p.replicas_source),
+        _value(contract.ENV_GRPC_PORT, str(p.workers.grpc_port)),
+        _value(contract.ENV_CLUSTER_DOMAIN, p.cluster_domain),
+        _value(contract.ENV_CHECKPOINT_DIR, p.checkpoint_dir),
+        _value(contract.ENV_METRICS_PORT, str(p.workers.metrics_port)),
+        _value(contract.ENV_RUN_ID, p.training.run_id),
         # The run manifest's identity fields (trainer/manifest.py).
-        _value(contract.ENV_PROJECT, cfg.project),
-        _value(contract.ENV_STACK, cfg.stack),
-        _value(contract.ENV_APP, cfg.app_name),
+        _value(contract.ENV_PROJECT, p.project),
+        _value(contract.ENV_STACK, p.stack),
+        _value(contract.ENV_APP, p.identity.app_name),
         _field(contract.ENV_POD_REVISION, f"metadata.labels['{REVISION_LABEL}']"),
         # The trainer calls the API for its own StatefulSet (contract.API_CALLS).
         _value(contract.ENV_API_TOKEN_PATH, contract.DEFAULT_API_TOKEN_PATH),
@@ -135,8 +195,8 @@ def pod_env(
         # Read-only root filesystem: libraries that write under $HOME get the tmp volume.
         _value("HOME", TMP_DIR),
     ]
-    if image is not None:
-        env.append(_value(contract.ENV_IMAGE, image))
+    if p.image is not None:
+        env.append(_value(contract.ENV_IMAGE, p.image))
     return env
 
 
@@ -205,7 +265,7 @@ def _api_token_volume() -> k8s.core.v1.VolumeArgs:
 
 
 def volumes(
-    cfg: StackConfig,
+    p: PodArgs,
 ) -> tuple[list[k8s.core.v1.VolumeMountArgs], list[k8s.core.v1.VolumeArgs]]:
     """The trainer container's mounts and the pod's volumes, in the same order."""
     mounts = [k8s.core.v1.VolumeMountArgs(name="tmp", mount_path=TMP_DIR)]
@@ -214,17 +274,17 @@ def volumes(
             name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit=TMP_SIZE_LIMIT)
         )
     ]
-    if not cfg.storage.uri:
+    if p.claim_name is not None:
         mounts.append(k8s.core.v1.VolumeMountArgs(name="checkpoints", mount_path=CHECKPOINT_MOUNT))
         vols.append(
             k8s.core.v1.VolumeArgs(
                 name="checkpoints",
                 persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(
-                    claim_name=cfg.checkpoint_claim_name
+                    claim_name=p.claim_name
                 ),
             )
         )
-    if cfg.workers.gpus > 0:
+    if p.workers.gpus > 0:
         # NCCL exchanges buffers through /dev/shm; the runtime's default is 64 MiB.
         mounts.append(k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"))
         vols.append(
@@ -242,20 +302,17 @@ def volumes(
 
 
 def trainer_container(
-    cfg: StackConfig,
-    image: pulumi.Input[str],
-    pull_policy: str,
-    mounts: list[k8s.core.v1.VolumeMountArgs],
+    p: PodArgs, mounts: list[k8s.core.v1.VolumeMountArgs]
 ) -> k8s.core.v1.ContainerArgs:
     """The one container of a worker pod."""
-    w = cfg.workers
-    resources = container_resources(cfg)
+    w = p.workers
+    resources = container_resources(w)
     return k8s.core.v1.ContainerArgs(
         name=CONTAINER_NAME,
-        image=image,
-        image_pull_policy=pull_policy,
-        args=trainer_args(cfg),
-        env=pod_env(cfg, image),
+        image=p.image,
+        image_pull_policy=p.pull_policy,
+        args=trainer_args(p.training),
+        env=pod_env(p),
         ports=[
             k8s.core.v1.ContainerPortArgs(
                 name=contract.GRPC_PORT_NAME, container_port=w.grpc_port, protocol="TCP"
@@ -277,34 +334,23 @@ def trainer_container(
     )
 
 
-def pod_template(
-    cfg: StackConfig,
-    image: pulumi.Input[str],
-    pull_policy: str,
-    image_id: pulumi.Input[str] | None = None,
-) -> k8s.core.v1.PodTemplateSpecArgs:
-    """The StatefulSet's pod template.
-
-    Args:
-        image: container image reference (a digest reference on cloud stacks).
-        pull_policy: ``imagePullPolicy`` chosen by the image component.
-        image_id: value of the :data:`IMAGE_ID_ANNOTATION` pod-template annotation, if any.
-    """
-    w = cfg.workers
-    mounts, vols = volumes(cfg)
+def pod_template(p: PodArgs) -> k8s.core.v1.PodTemplateSpecArgs:
+    """The StatefulSet's pod template."""
+    w = p.workers
+    mounts, vols = volumes(p)
     gpu = w.gpus > 0
     return k8s.core.v1.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(
-            labels=standard_labels(Identity.of(cfg), COMPONENT_WORKER),
-            annotations={IMAGE_ID_ANNOTATION: image_id} if image_id is not None else None,
+            labels=standard_labels(p.identity, COMPONENT_WORKER),
+            annotations={IMAGE_ID_ANNOTATION: p.image_id} if p.image_id is not None else None,
         ),
         spec=k8s.core.v1.PodSpecArgs(
-            service_account_name=cfg.service_account_name,
+            service_account_name=p.service_account_name,
             automount_service_account_token=False,
             enable_service_links=False,
             termination_grace_period_seconds=w.termination_grace_seconds,
             security_context=pod_security_context(),
-            containers=[trainer_container(cfg, image, pull_policy, mounts)],
+            containers=[trainer_container(p, mounts)],
             volumes=vols,
             node_selector=dict(w.gpu_node_selector) if gpu and w.gpu_node_selector else None,
             # Toleration.manifest()'s keys are one word each: the same in both spellings.

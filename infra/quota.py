@@ -36,7 +36,7 @@ def quota_name(app_name: str) -> str:
 def quota_hard(cfg: StackConfig) -> dict[str, str]:
     """``spec.hard``: ``pods`` and every worker resource times :func:`max_replicas`."""
     count = max_replicas(cfg)
-    resources = container_resources(cfg)
+    resources = container_resources(cfg.workers)
     hard = {"pods": str(count)}
     for part in ("requests", "limits"):
         for name, amount in resources[part].items():

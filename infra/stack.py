@@ -139,11 +139,8 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     )
     workers = Workers(
         "workers",
-        WorkersArgs(
-            cfg=cfg,
-            image=image.image_ref,
-            pull_policy=image.pull_policy,
-            image_id=image.content_id,
+        WorkersArgs.from_config(
+            cfg, image=image.image_ref, pull_policy=image.pull_policy, image_id=image.content_id
         ),
         pulumi.ResourceOptions(providers=[provider], depends_on=[namespace, guard]),
     )

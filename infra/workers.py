@@ -41,9 +41,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.component import Component
-from infra.config import StackConfig
+from infra.config import StackConfig, StorageConfig
 from infra.labels import COMPONENT_WORKER, Identity, metadata, selector, selector_labels
-from infra.pod import pod_template
+from infra.pod import PodArgs, pod_template
 from trainer import contract
 
 COMPONENT_TYPE = "tfd:infra:Workers"
@@ -72,7 +72,46 @@ def max_replicas(cfg: StackConfig) -> int:
     return cfg.autoscaling.max_replicas if cfg.autoscaling.enabled else cfg.workers.replicas
 
 
-def service_spec(cfg: StackConfig) -> k8s.core.v1.ServiceSpecArgs:
+@dataclass(frozen=True)
+class WorkersArgs:
+    """Inputs of :class:`Workers`.
+
+    Attributes:
+        pod: the pod template's inputs (names, worker settings, image); the Service, claim,
+            StatefulSet and budget take their identity, names and ports from it too.
+        storage: the checkpoint claim's class and size (used when ``pod.claim_name`` is set).
+        retain_claim: ``pulumi destroy`` keeps the checkpoint claim.
+        cloud: a cloud cluster (longer StatefulSet awaits, :data:`CLOUD_TIMEOUTS`).
+        run_target: what the run is asked to do (:func:`run_target`).
+    """
+
+    pod: PodArgs
+    storage: StorageConfig
+    retain_claim: bool
+    cloud: bool
+    run_target: str
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: StackConfig,
+        image: pulumi.Input[str],
+        pull_policy: str,
+        image_id: pulumi.Input[str] | None = None,
+    ) -> WorkersArgs:
+        """``image``: the container image reference (output of the image component);
+        ``pull_policy``: its ``imagePullPolicy``; ``image_id``: changes whenever the image is
+        rebuilt (pod-template annotation), optional."""
+        return cls(
+            pod=PodArgs.from_config(cfg, image, pull_policy, image_id),
+            storage=cfg.storage,
+            retain_claim=cfg.retains_checkpoint_claim,
+            cloud=cfg.cluster.kind == "cloud",
+            run_target=run_target(cfg),
+        )
+
+
+def service_spec(p: PodArgs) -> k8s.core.v1.ServiceSpecArgs:
     """Headless Service: one DNS record per worker, published before the worker is Ready."""
 
     def port(name: str, number: int) -> k8s.core.v1.ServicePortArgs:
@@ -81,40 +120,33 @@ def service_spec(cfg: StackConfig) -> k8s.core.v1.ServiceSpecArgs:
     return k8s.core.v1.ServiceSpecArgs(
         cluster_ip="None",
         publish_not_ready_addresses=True,
-        selector=selector_labels(Identity.of(cfg)),
+        selector=selector_labels(p.identity),
         ports=[
-            port(contract.GRPC_PORT_NAME, cfg.workers.grpc_port),
-            port(contract.METRICS_PORT_NAME, cfg.workers.metrics_port),
+            port(contract.GRPC_PORT_NAME, p.workers.grpc_port),
+            port(contract.METRICS_PORT_NAME, p.workers.metrics_port),
         ],
     )
 
 
-def claim_spec(cfg: StackConfig) -> k8s.core.v1.PersistentVolumeClaimSpecArgs:
+def claim_spec(storage: StorageConfig) -> k8s.core.v1.PersistentVolumeClaimSpecArgs:
     """One ReadWriteMany claim shared by every worker (stacks without an object-store URI)."""
     return k8s.core.v1.PersistentVolumeClaimSpecArgs(
         access_modes=["ReadWriteMany"],
-        storage_class_name=cfg.storage.storage_class,
-        resources=k8s.core.v1.VolumeResourceRequirementsArgs(
-            requests={"storage": cfg.storage.size}
-        ),
+        storage_class_name=storage.storage_class,
+        resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": storage.size}),
     )
 
 
-def statefulset_spec(
-    cfg: StackConfig,
-    image: pulumi.Input[str],
-    pull_policy: str,
-    image_id: pulumi.Input[str] | None = None,
-) -> k8s.apps.v1.StatefulSetSpecArgs:
+def statefulset_spec(p: PodArgs) -> k8s.apps.v1.StatefulSetSpecArgs:
     """The worker StatefulSet's ``spec``; the pod template is :func:`infra.pod.pod_template`'s."""
     return k8s.apps.v1.StatefulSetSpecArgs(
-        service_name=cfg.service_name,
-        replicas=cfg.workers.replicas,
+        service_name=p.service_name,
+        replicas=p.workers.replicas,
         pod_management_policy="Parallel",
         # The trainer restarts all workers together on a new template (module docstring).
         update_strategy=k8s.apps.v1.StatefulSetUpdateStrategyArgs(type="OnDelete"),
-        selector=selector(Identity.of(cfg)),
-        template=pod_template(cfg, image, pull_policy, image_id),
+        selector=selector(p.identity),
+        template=pod_template(p),
     )
 
 
@@ -130,47 +162,29 @@ def run_target(cfg: StackConfig) -> str:
     return " ".join(parts)
 
 
-def size_patch_metadata(cfg: StackConfig) -> k8s.meta.v1.ObjectMetaPatchArgs:
+def size_patch_metadata(args: WorkersArgs) -> k8s.meta.v1.ObjectMetaPatchArgs:
     """The ``StatefulSetPatch``'s ``metadata``: the StatefulSet, the run target, forced."""
     return k8s.meta.v1.ObjectMetaPatchArgs(
-        name=cfg.statefulset_name,
-        namespace=cfg.namespace,
-        annotations={RUN_TARGET_ANNOTATION: run_target(cfg), PATCH_FORCE_ANNOTATION: "true"},
+        name=args.pod.statefulset_name,
+        namespace=args.pod.identity.namespace,
+        annotations={RUN_TARGET_ANNOTATION: args.run_target, PATCH_FORCE_ANNOTATION: "true"},
     )
 
 
-def size_patch_name(name: str, cfg: StackConfig) -> str:
-    """The patch's Pulumi name: a new target is a new resource (create, then the old one's
-    delete gives up its fields), so the count is applied again exactly when the target changes."""
-    digest = hashlib.sha256(run_target(cfg).encode()).hexdigest()[:10]
+def size_patch_name(name: str, target: str) -> str:
+    """The patch's Pulumi name for the run target ``target`` (:func:`run_target`): a new target
+    is a new resource (create, then the old one's delete gives up its fields), so the count is
+    applied again exactly when the target changes."""
+    digest = hashlib.sha256(target.encode()).hexdigest()[:10]
     return f"{name}-size-{digest}"
 
 
-def pdb_spec(cfg: StackConfig) -> k8s.policy.v1.PodDisruptionBudgetSpecArgs:
+def pdb_spec(ident: Identity) -> k8s.policy.v1.PodDisruptionBudgetSpecArgs:
     """``maxUnavailable: 0``: a voluntary eviction (drain) must not break a running collective.
 
     Drain a node by scaling the job down (or deleting it) first.
     """
-    return k8s.policy.v1.PodDisruptionBudgetSpecArgs(
-        max_unavailable=0, selector=selector(Identity.of(cfg))
-    )
-
-
-@dataclass(frozen=True)
-class WorkersArgs:
-    """Inputs of :class:`Workers`.
-
-    Attributes:
-        cfg: the stack configuration.
-        image: container image reference (output of the image component).
-        pull_policy: ``imagePullPolicy``.
-        image_id: changes whenever the image is rebuilt (pod-template annotation), optional.
-    """
-
-    cfg: StackConfig
-    image: pulumi.Input[str]
-    pull_policy: str
-    image_id: pulumi.Input[str] | None = None
+    return k8s.policy.v1.PodDisruptionBudgetSpecArgs(max_unavailable=0, selector=selector(ident))
 
 
 class Workers(Component):
@@ -189,24 +203,24 @@ class Workers(Component):
         self, name: str, args: WorkersArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(COMPONENT_TYPE, name, opts)
-        cfg = args.cfg
-        ident = Identity.of(cfg)
+        p = args.pod
+        ident = p.identity
         service = k8s.core.v1.Service(
             f"{name}-headless",
-            metadata=metadata(ident, cfg.service_name, COMPONENT_WORKER),
-            spec=service_spec(cfg),
+            metadata=metadata(ident, p.service_name, COMPONENT_WORKER),
+            spec=service_spec(p),
             opts=self.child_opts(),
         )
         sts_deps: list[pulumi.Resource] = [service]
-        if not cfg.storage.uri:
+        if p.claim_name is not None:
             claim = k8s.core.v1.PersistentVolumeClaim(
                 f"{name}-checkpoints",
-                metadata=metadata(ident, cfg.checkpoint_claim_name, "checkpoints"),
-                spec=claim_spec(cfg),
+                metadata=metadata(ident, p.claim_name, "checkpoints"),
+                spec=claim_spec(args.storage),
                 opts=self.child_opts(
                     # Checkpoints outlive `pulumi destroy` unless the stack says Delete (the
                     # namespace is retained too: its deletion would take the claim with it).
-                    retain_on_delete=cfg.retains_checkpoint_claim,
+                    retain_on_delete=args.retain_claim,
                     # Set by the cluster when the claim binds, never by the program, and
                     # immutable: a claim imported after a Retain destroy (docs/infra.md) holds
                     # them, and their absence from the program must not replace it (a new,
@@ -219,11 +233,11 @@ class Workers(Component):
             name,
             metadata=metadata(
                 ident,
-                cfg.statefulset_name,
+                p.statefulset_name,
                 COMPONENT_WORKER,
-                annotations={RUN_ID_ANNOTATION: cfg.training.run_id},
+                annotations={RUN_ID_ANNOTATION: p.training.run_id},
             ),
-            spec=statefulset_spec(cfg, args.image, args.pull_policy, args.image_id),
+            spec=statefulset_spec(p),
             opts=self.child_opts(
                 depends_on=sts_deps,
                 # Set at creation only: the size patch below, the HPA, a resize and the
@@ -233,13 +247,13 @@ class Workers(Component):
                 # first: the old pods hold the GPUs (and the names) the new ones need.
                 replace_on_changes=[f'metadata.annotations["{RUN_ID_ANNOTATION}"]'],
                 delete_before_replace=True,
-                custom_timeouts=CLOUD_TIMEOUTS if cfg.cluster.kind == "cloud" else None,
+                custom_timeouts=CLOUD_TIMEOUTS if args.cloud else None,
             ),
         )
         k8s.apps.v1.StatefulSetPatch(
-            size_patch_name(name, cfg),
-            metadata=size_patch_metadata(cfg),
-            spec=k8s.apps.v1.StatefulSetSpecPatchArgs(replicas=cfg.workers.replicas),
+            size_patch_name(name, args.run_target),
+            metadata=size_patch_metadata(args),
+            spec=k8s.apps.v1.StatefulSetSpecPatchArgs(replicas=p.workers.replicas),
             opts=self.child_opts(
                 depends_on=[self.statefulset],
                 # spec.replicas: a refresh reads back the live count (0 once finished), not a
@@ -253,8 +267,8 @@ class Workers(Component):
         )
         k8s.policy.v1.PodDisruptionBudget(
             name,
-            metadata=metadata(ident, cfg.statefulset_name, COMPONENT_WORKER),
-            spec=pdb_spec(cfg),
+            metadata=metadata(ident, p.statefulset_name, COMPONENT_WORKER),
+            spec=pdb_spec(ident),
             opts=self.child_opts(),
         )
         self.statefulset_name = self.statefulset.metadata.apply(lambda m: m.name)
