@@ -25,11 +25,11 @@ import json
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as kubernetes
+import pulumi_kubernetes as k8s
 
 from infra.component import Component
 from infra.config import StackConfig
-from infra.labels import kwargs, metadata
+from infra.labels import Identity, metadata
 from infra.network import NAMESPACE_NAME_LABEL
 
 COMPONENT_TYPE = "tfd:infra:WorkerScaleGuard"
@@ -42,14 +42,40 @@ REPLICAS_ALLOWED = (
 """CEL over the admitted object: a ``Scale`` with replicas 0 is serialized without the field."""
 
 
-def service_account_user(cfg: StackConfig) -> str:
+@dataclass(frozen=True)
+class WorkerScaleGuardArgs:
+    """Inputs of :class:`WorkerScaleGuard`.
+
+    Attributes:
+        identity: labels of both objects and the training namespace they guard.
+        service_account_name: the workers' ServiceAccount (whose requests are matched).
+        statefulset_name: the workers' StatefulSet (in the objects' names and the message).
+        role_rules: the workers' Role rules (the writes to guard).
+    """
+
+    identity: Identity
+    service_account_name: str
+    statefulset_name: str
+    role_rules: list[dict]
+
+    @classmethod
+    def from_config(cls, cfg: StackConfig, role_rules: list[dict]) -> WorkerScaleGuardArgs:
+        return cls(
+            identity=Identity.of(cfg),
+            service_account_name=cfg.service_account_name,
+            statefulset_name=cfg.statefulset_name,
+            role_rules=role_rules,
+        )
+
+
+def service_account_user(args: WorkerScaleGuardArgs) -> str:
     """The API server's user name of the workers' ServiceAccount tokens."""
-    return f"system:serviceaccount:{cfg.namespace}:{cfg.service_account_name}"
+    return f"system:serviceaccount:{args.identity.namespace}:{args.service_account_name}"
 
 
-def policy_name(cfg: StackConfig) -> str:
+def policy_name(args: WorkerScaleGuardArgs) -> str:
     """Cluster-wide unique per stack: namespace (no dots in a label) and StatefulSet name."""
-    return policy_name_for(cfg.namespace, cfg.statefulset_name)
+    return policy_name_for(args.identity.namespace, args.statefulset_name)
 
 
 def policy_name_for(namespace: str, statefulset: str) -> str:
@@ -68,71 +94,64 @@ def guarded_resources(rules: list[dict]) -> list[str]:
     return out
 
 
-def denial_message(cfg: StackConfig) -> str:
+def denial_message(args: WorkerScaleGuardArgs) -> str:
     return (
-        f"the workers' ServiceAccount {cfg.service_account_name} may only scale StatefulSet "
-        f"{cfg.namespace}/{cfg.statefulset_name} to {ALLOWED_REPLICAS} replicas (onDone: "
+        f"the workers' ServiceAccount {args.service_account_name} may only scale StatefulSet "
+        f"{args.identity.namespace}/{args.statefulset_name} to {ALLOWED_REPLICAS} replicas "
+        "(onDone: "
         "scale-to-zero); other replica counts come from the stack's replicas or its HPA"
     )
 
 
-def policy_manifest(cfg: StackConfig, role_rules: list[dict]) -> dict:
-    """The ``ValidatingAdmissionPolicy`` (``metadata`` + ``spec``) for the Role ``role_rules``."""
-    message = denial_message(cfg)
-    return {
-        "metadata": metadata(cfg, policy_name(cfg), "worker", namespaced=False),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [API_GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["UPDATE"],
-                        "resources": guarded_resources(role_rules),
-                    }
-                ]
-            },
-            "matchConditions": [
-                {
-                    "name": "workers-service-account",
-                    "expression": f"request.userInfo.username == '{service_account_user(cfg)}'",
-                }
-            ],
-            "validations": [
-                {
-                    "expression": REPLICAS_ALLOWED,
-                    "message": message,
-                    # A CEL string literal: JSON's double-quoted form (the message has quotes).
-                    "messageExpression": f"{json.dumps(message + '; got ')} + "
-                    "string(object.spec.replicas)",
-                    "reason": "Forbidden",
-                }
-            ],
-        },
-    }
+def policy_spec(
+    args: WorkerScaleGuardArgs,
+) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs:
+    """The ``ValidatingAdmissionPolicy``'s ``spec`` for the Role ``args.role_rules``."""
+    message = denial_message(args)
+    return k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
+        failure_policy="Fail",
+        match_constraints=k8s.admissionregistration.v1.MatchResourcesArgs(
+            resource_rules=[
+                k8s.admissionregistration.v1.NamedRuleWithOperationsArgs(
+                    api_groups=[API_GROUP],
+                    api_versions=["*"],
+                    operations=["UPDATE"],
+                    resources=guarded_resources(args.role_rules),
+                )
+            ]
+        ),
+        match_conditions=[
+            k8s.admissionregistration.v1.MatchConditionArgs(
+                name="workers-service-account",
+                expression=f"request.userInfo.username == '{service_account_user(args)}'",
+            )
+        ],
+        validations=[
+            k8s.admissionregistration.v1.ValidationArgs(
+                expression=REPLICAS_ALLOWED,
+                message=message,
+                # A CEL string literal: JSON's double-quoted form (the message has quotes).
+                message_expression=f"{json.dumps(message + '; got ')} + "
+                "string(object.spec.replicas)",
+                reason="Forbidden",
+            )
+        ],
+    )
 
 
-def binding_manifest(cfg: StackConfig) -> dict:
+def binding_spec(
+    args: WorkerScaleGuardArgs,
+) -> k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs:
     """The binding: the policy, denying, in the training namespace only."""
-    return {
-        "metadata": metadata(cfg, policy_name(cfg), "worker", namespaced=False),
-        "spec": {
-            "policyName": policy_name(cfg),
-            "validationActions": ["Deny"],
-            "matchResources": {
-                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: cfg.namespace}}
-            },
-        },
-    }
-
-
-@dataclass(frozen=True)
-class WorkerScaleGuardArgs:
-    """The config and the workers' Role rules (the writes to guard)."""
-
-    cfg: StackConfig
-    role_rules: list[dict]
+    return k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
+        policy_name=policy_name(args),
+        validation_actions=["Deny"],
+        match_resources=k8s.admissionregistration.v1.MatchResourcesArgs(
+            namespace_selector=k8s.meta.v1.LabelSelectorArgs(
+                match_labels={NAMESPACE_NAME_LABEL: args.identity.namespace}
+            )
+        ),
+    )
 
 
 class WorkerScaleGuard(Component):
@@ -142,10 +161,18 @@ class WorkerScaleGuard(Component):
         self, name: str, args: WorkerScaleGuardArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(COMPONENT_TYPE, name, opts)
-        policy = kubernetes.admissionregistration.v1.ValidatingAdmissionPolicy(
-            name, **kwargs(policy_manifest(args.cfg, args.role_rules)), opts=self.child_opts()
+        # Cluster-scoped, both named after the namespace and the StatefulSet (policy_name).
+        meta = metadata(args.identity, policy_name(args), "worker", namespaced=False)
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            name,
+            metadata=meta,
+            spec=policy_spec(args),
+            opts=self.child_opts(),
         )
-        kubernetes.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            name, **kwargs(binding_manifest(args.cfg)), opts=self.child_opts(depends_on=[policy])
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            name,
+            metadata=meta,
+            spec=binding_spec(args),
+            opts=self.child_opts(depends_on=[policy]),
         )
         self.register_outputs({"policy": policy.metadata.apply(lambda m: m.name)})

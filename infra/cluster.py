@@ -1,4 +1,4 @@
-"""Cluster selection: one explicit ``kubernetes.Provider`` that every resource uses.
+"""Cluster selection: one explicit ``k8s.Provider`` that every resource uses.
 
 Default providers are disabled in every stack file (``pulumi:disable-default-providers``, checked
 by :mod:`infra.config`), so a resource that forgot this provider fails instead of landing on
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as kubernetes
+import pulumi_kubernetes as k8s
 
 from infra.config import ClusterConfig
 
@@ -30,6 +30,6 @@ def provider_args(cluster: ClusterConfig) -> dict[str, Any]:
     return args
 
 
-def make_provider(name: str, cluster: ClusterConfig) -> kubernetes.Provider:
+def make_provider(name: str, cluster: ClusterConfig) -> k8s.Provider:
     """The one Kubernetes provider of the stack."""
-    return kubernetes.Provider(name, **provider_args(cluster))
+    return k8s.Provider(name, **provider_args(cluster))

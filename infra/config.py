@@ -253,7 +253,7 @@ class TrainingConfig:
     """The stack's settings of the trainer's flags and of its run.
 
     The flags' meaning and rules are :class:`trainer.contract.flags.TrainerFlags`'s (the stack
-    reads each key with the flag's rule; ``infra.workers.trainer_args`` builds the flags).
+    reads each key with the flag's rule; ``infra.pod.trainer_args`` builds the flags).
 
     Attributes:
         dataset: ``synthetic``, ``mnist`` or a path/URI of the data.
@@ -368,7 +368,7 @@ class StackConfig:
         namespace_mode: ``create`` (the stack creates and owns the namespace) or ``existing``
             (it deploys into a namespace it does not own, see :data:`NAMESPACE_MODES`).
         project, stack: the Pulumi project and stack names: with ``runId`` they name the run's
-            checkpoint directory (``infra.workers.checkpoint_dir``), so no two stacks share one.
+            checkpoint directory (``infra.pod.checkpoint_dir``), so no two stacks share one.
     """
 
     app_name: str

@@ -256,6 +256,8 @@ class Monitoring(Component):
             ns_name = pulumi.Output.from_input(args.namespace)
             after_release = child
 
+        # PodMonitor and PrometheusRule are the operator's CRDs: pulumi_kubernetes has no typed
+        # args for them, so their ``spec`` stays a dictionary (metadata is typed as elsewhere).
         self.pod_monitor = k8s.apiextensions.CustomResource(
             f"{name}-pod-monitor",
             api_version=MONITORING_API_VERSION,
@@ -344,6 +346,7 @@ class Monitoring(Component):
                 version=args.chart_version,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=args.chart_repository),
                 namespace=namespace,
+                # Chart values are the chart's own schema, not Kubernetes': a dictionary.
                 values=helm_values(args),
                 timeout=RELEASE_TIMEOUT_S,
             ),

@@ -18,16 +18,17 @@ deleted by the stack), or ``pulumi import`` adopts it (``docs/infra.md``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as kubernetes
+import pulumi_kubernetes as k8s
 
 from infra import workers
 from infra.component import Component
 from infra.config import StackConfig
-from infra.labels import kwargs, metadata
-from infra.quota import quota_manifest
+from infra.labels import Identity, metadata
+from infra.quota import quota_hard, quota_name
 from trainer import contract
 
 COMPONENT_TYPE = "tfd:infra:TrainingNamespace"
@@ -35,51 +36,65 @@ PSA_LEVEL = "restricted"
 PSA_VERSION = "latest"
 
 
-def namespace_manifest(cfg: StackConfig) -> dict:
-    """Namespace with Pod Security Admission ``restricted`` enforced (and audited, warned)."""
-    meta = metadata(cfg, cfg.namespace, "namespace", namespaced=False)
-    for mode in ("enforce", "audit", "warn"):
-        meta["labels"][f"pod-security.kubernetes.io/{mode}"] = PSA_LEVEL
-        meta["labels"][f"pod-security.kubernetes.io/{mode}-version"] = PSA_VERSION
-    return {"metadata": meta}
-
-
-def service_account_manifest(cfg: StackConfig) -> dict:
-    """The workers' dedicated ServiceAccount; no token is automounted from it."""
-    return {
-        "metadata": metadata(cfg, cfg.service_account_name, "worker"),
-        "automountServiceAccountToken": False,
-    }
-
-
-def role_rules(cfg: StackConfig) -> list[dict]:
-    """One rule per call in ``contract.API_CALLS``, on the names the trainer may touch."""
-    return contract.role_rules(cfg.statefulset_name, workers.max_replicas(cfg))
-
-
-def role_manifest(cfg: StackConfig) -> dict:
-    """The workers' Role: :func:`role_rules`."""
-    return {"metadata": metadata(cfg, role_name(cfg), "worker"), "rules": role_rules(cfg)}
-
-
-def role_name(cfg: StackConfig) -> str:
-    return f"{cfg.app_name}-trainer"
-
-
-def role_binding_manifest(cfg: StackConfig, role_name: str) -> dict:
-    """Binds the Role named ``role_name`` to the workers' ServiceAccount (same name)."""
-    return {
-        "metadata": metadata(cfg, role_name, "worker"),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role_name},
-        "subjects": [
-            {"kind": "ServiceAccount", "name": cfg.service_account_name, "namespace": cfg.namespace}
-        ],
-    }
-
-
 @dataclass(frozen=True)
 class TrainingNamespaceArgs:
-    cfg: StackConfig
+    """Inputs of :class:`TrainingNamespace`.
+
+    Attributes:
+        identity: labels of every object and the namespace's name.
+        own_namespace: ``namespaceMode: create``: the stack creates the Namespace and its quota.
+        retain_namespace: the Namespace outlives ``pulumi destroy`` (a retained claim is in it).
+        quota_hard: the ResourceQuota's ``spec.hard`` (:func:`infra.quota.quota_hard`).
+        service_account_name: the workers' ServiceAccount (and the RoleBinding's subject).
+        statefulset_name, max_replicas: the StatefulSet whose objects the Role names.
+    """
+
+    identity: Identity
+    own_namespace: bool
+    retain_namespace: bool
+    quota_hard: Mapping[str, str]
+    service_account_name: str
+    statefulset_name: str
+    max_replicas: int
+
+    @classmethod
+    def from_config(cls, cfg: StackConfig) -> TrainingNamespaceArgs:
+        return cls(
+            identity=Identity.of(cfg),
+            own_namespace=cfg.owns_namespace,
+            retain_namespace=cfg.retains_namespace,
+            quota_hard=quota_hard(cfg),
+            service_account_name=cfg.service_account_name,
+            statefulset_name=cfg.statefulset_name,
+            max_replicas=workers.max_replicas(cfg),
+        )
+
+
+def namespace_metadata(ident: Identity) -> k8s.meta.v1.ObjectMetaArgs:
+    """Namespace with Pod Security Admission ``restricted`` enforced (and audited, warned)."""
+    psa: dict[str, str] = {}
+    for mode in ("enforce", "audit", "warn"):
+        psa[f"pod-security.kubernetes.io/{mode}"] = PSA_LEVEL
+        psa[f"pod-security.kubernetes.io/{mode}-version"] = PSA_VERSION
+    return metadata(ident, ident.namespace, "namespace", namespaced=False, labels=psa)
+
+
+def policy_rules(rules: list[dict]) -> list[k8s.rbac.v1.PolicyRuleArgs]:
+    """``contract.role_rules`` (plain dictionaries: :mod:`infra.admission` reads them too) as
+    the Role's typed ``rules``."""
+    return [
+        k8s.rbac.v1.PolicyRuleArgs(
+            api_groups=r["apiGroups"],
+            resources=r["resources"],
+            resource_names=r["resourceNames"],
+            verbs=r["verbs"],
+        )
+        for r in rules
+    ]
+
+
+def role_name(ident: Identity) -> str:
+    return f"{ident.app_name}-trainer"
 
 
 class TrainingNamespace(Component):
@@ -104,30 +119,54 @@ class TrainingNamespace(Component):
         self, name: str, args: TrainingNamespaceArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(COMPONENT_TYPE, name, opts)
-        cfg = args.cfg
-        self.role_rules = role_rules(cfg)
+        ident = args.identity
+        # One rule per call in contract.API_CALLS, on the names the trainer may touch.
+        self.role_rules = contract.role_rules(args.statefulset_name, args.max_replicas)
         namespaced: list[pulumi.Resource] = []
-        if cfg.owns_namespace:
-            ns = kubernetes.core.v1.Namespace(
+        if args.own_namespace:
+            ns = k8s.core.v1.Namespace(
                 name,
-                **kwargs(namespace_manifest(cfg)),
-                opts=self.child_opts(retain_on_delete=cfg.retains_namespace),
+                metadata=namespace_metadata(ident),
+                opts=self.child_opts(retain_on_delete=args.retain_namespace),
             )
             namespaced.append(ns)
             self.namespace_name = ns.metadata.apply(lambda m: m.name)
         else:
-            self.namespace_name = pulumi.Output.from_input(cfg.namespace)
+            self.namespace_name = pulumi.Output.from_input(ident.namespace)
         in_ns = self.child_opts(depends_on=namespaced)
-        quota = quota_manifest(cfg)
-        if quota is not None:
-            kubernetes.core.v1.ResourceQuota(f"{name}-quota", **kwargs(quota), opts=in_ns)
-        sa = kubernetes.core.v1.ServiceAccount(
-            f"{name}-worker", **kwargs(service_account_manifest(cfg)), opts=in_ns
+        if args.own_namespace:
+            # A quota counts every pod of its namespace: only in the stack's own (infra.quota).
+            k8s.core.v1.ResourceQuota(
+                f"{name}-quota",
+                metadata=metadata(ident, quota_name(ident.app_name), "quota"),
+                spec=k8s.core.v1.ResourceQuotaSpecArgs(hard=dict(args.quota_hard)),
+                opts=in_ns,
+            )
+        # The workers' dedicated ServiceAccount; no token is automounted from it.
+        sa = k8s.core.v1.ServiceAccount(
+            f"{name}-worker",
+            metadata=metadata(ident, args.service_account_name, "worker"),
+            automount_service_account_token=False,
+            opts=in_ns,
         )
-        role = kubernetes.rbac.v1.Role(f"{name}-trainer", **kwargs(role_manifest(cfg)), opts=in_ns)
-        kubernetes.rbac.v1.RoleBinding(
+        role = k8s.rbac.v1.Role(
             f"{name}-trainer",
-            **kwargs(role_binding_manifest(cfg, role_name(cfg))),
+            metadata=metadata(ident, role_name(ident), "worker"),
+            rules=policy_rules(self.role_rules),
+            opts=in_ns,
+        )
+        # Binds the Role to the workers' ServiceAccount (both in the training namespace).
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-trainer",
+            metadata=metadata(ident, role_name(ident), "worker"),
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="Role", name=role_name(ident)
+            ),
+            subjects=[
+                k8s.rbac.v1.SubjectArgs(
+                    kind="ServiceAccount", name=args.service_account_name, namespace=ident.namespace
+                )
+            ],
             opts=self.child_opts(depends_on=[role, sa]),
         )
         self.service_account_name = sa.metadata.apply(lambda m: m.name)

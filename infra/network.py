@@ -28,11 +28,11 @@ import ipaddress
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as kubernetes
+import pulumi_kubernetes as k8s
 
 from infra.component import Component
-from infra.config import StackConfig
-from infra.labels import kwargs, metadata, selector_labels
+from infra.config import ClusterConfig, StackConfig
+from infra.labels import Identity, metadata, selector, selector_labels
 
 COMPONENT_TYPE = "tfd:infra:NetworkPolicies"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -56,17 +56,76 @@ STACK_POD_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance")
 """The labels every pod of this stack (and no other stack's) carries: see ``infra.labels``."""
 
 
-def _policy(cfg: StackConfig, suffix: str, spec: dict) -> dict:
-    return {"metadata": metadata(cfg, f"{cfg.app_name}-{suffix}", "network"), "spec": spec}
+@dataclass(frozen=True)
+class NetworkPoliciesArgs:
+    """Inputs of :class:`NetworkPolicies`.
+
+    Attributes:
+        identity: labels and namespace of the policies and of the pods they select.
+        cluster: the API server, DNS and HTTPS egress ranges.
+        grpc_port, metrics_port: the workers' ports.
+        nccl: the workers' collective may run on NCCL (:func:`uses_nccl`).
+        whole_namespace: the stack owns the namespace, so the namespace-wide policies select
+            every pod of it (:func:`scope_selector`).
+        monitoring_namespace: where Prometheus scrapes from; ``None`` without monitoring.
+    """
+
+    identity: Identity
+    cluster: ClusterConfig
+    grpc_port: int
+    metrics_port: int
+    nccl: bool
+    whole_namespace: bool
+    monitoring_namespace: str | None
+
+    @classmethod
+    def from_config(cls, cfg: StackConfig) -> NetworkPoliciesArgs:
+        return cls(
+            identity=Identity.of(cfg),
+            cluster=cfg.cluster,
+            grpc_port=cfg.workers.grpc_port,
+            metrics_port=cfg.workers.metrics_port,
+            nccl=uses_nccl(cfg),
+            whole_namespace=cfg.owns_namespace,
+            monitoring_namespace=cfg.monitoring.namespace if cfg.monitoring.enabled else None,
+        )
 
 
-def scope_selector(cfg: StackConfig) -> dict:
+@dataclass(frozen=True)
+class Policy:
+    """One NetworkPolicy: its name and ``spec``."""
+
+    name: str
+    spec: k8s.networking.v1.NetworkPolicySpecArgs
+
+
+def _policy(args: NetworkPoliciesArgs, suffix: str, **spec) -> Policy:
+    return Policy(
+        f"{args.identity.app_name}-{suffix}", k8s.networking.v1.NetworkPolicySpecArgs(**spec)
+    )
+
+
+def _ports(protocol: str, *numbers: int) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
+    return [k8s.networking.v1.NetworkPolicyPortArgs(protocol=protocol, port=n) for n in numbers]
+
+
+def _ip_block(cidr: str) -> k8s.networking.v1.NetworkPolicyPeerArgs:
+    return k8s.networking.v1.NetworkPolicyPeerArgs(
+        ip_block=k8s.networking.v1.IPBlockArgs(cidr=cidr)
+    )
+
+
+def _namespace(name: str) -> k8s.meta.v1.LabelSelectorArgs:
+    return k8s.meta.v1.LabelSelectorArgs(match_labels={NAMESPACE_NAME_LABEL: name})
+
+
+def scope_selector(args: NetworkPoliciesArgs) -> k8s.meta.v1.LabelSelectorArgs:
     """The pods the namespace-wide policies (default deny, DNS) select: every pod of a namespace
     the stack owns, else only this stack's (its ``app.kubernetes.io/name`` and ``instance``)."""
-    if cfg.owns_namespace:
-        return {}
-    labels = selector_labels(cfg)
-    return {"matchLabels": {k: labels[k] for k in STACK_POD_LABELS}}
+    if args.whole_namespace:
+        return k8s.meta.v1.LabelSelectorArgs()
+    labels = selector_labels(args.identity)
+    return k8s.meta.v1.LabelSelectorArgs(match_labels={k: labels[k] for k in STACK_POD_LABELS})
 
 
 def excepted_ranges(cidr: str) -> list[str]:
@@ -85,13 +144,11 @@ def excepted_ranges(cidr: str) -> list[str]:
     return out
 
 
-def https_peer(cidr: str) -> dict:
+def https_peer(cidr: str) -> k8s.networking.v1.NetworkPolicyPeerArgs:
     """One ``to`` entry of ``https-egress``: the CIDR minus :func:`excepted_ranges`."""
-    block: dict = {"cidr": cidr}
-    excepted = excepted_ranges(cidr)
-    if excepted:
-        block["except"] = excepted
-    return {"ipBlock": block}
+    return k8s.networking.v1.NetworkPolicyPeerArgs(
+        ip_block=k8s.networking.v1.IPBlockArgs(cidr=cidr, except_=excepted_ranges(cidr) or None)
+    )
 
 
 def uses_nccl(cfg: StackConfig) -> bool:
@@ -99,144 +156,121 @@ def uses_nccl(cfg: StackConfig) -> bool:
     return cfg.workers.gpus > 0 and cfg.training.collective != "ring"
 
 
-def peer_policy(cfg: StackConfig) -> dict:
+def peer_policy(args: NetworkPoliciesArgs) -> Policy:
     """Worker-to-worker traffic, both directions, between worker pods only.
 
     The gRPC port alone without NCCL. With NCCL every TCP port (a port entry without ``port``
     matches all ports of its protocol): NCCL bootstraps and moves tensors between hosts over
     sockets on ephemeral ports (``NCCL_SOCKET_IFNAME`` picks the interface, not the port).
     """
-    workers = {"matchLabels": selector_labels(cfg)}
-    if uses_nccl(cfg):
-        suffix, ports = "workers-nccl", [{"protocol": "TCP"}]
+    if args.nccl:
+        suffix, ports = "workers-nccl", [k8s.networking.v1.NetworkPolicyPortArgs(protocol="TCP")]
     else:
-        suffix, ports = "workers-grpc", [{"protocol": "TCP", "port": cfg.workers.grpc_port}]
+        suffix, ports = "workers-grpc", _ports("TCP", args.grpc_port)
+    workers = [k8s.networking.v1.NetworkPolicyPeerArgs(pod_selector=selector(args.identity))]
     return _policy(
-        cfg,
+        args,
         suffix,
-        {
-            "podSelector": workers,
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [{"podSelector": workers}], "ports": ports}],
-            "egress": [{"to": [{"podSelector": workers}], "ports": ports}],
-        },
+        pod_selector=selector(args.identity),
+        policy_types=["Ingress", "Egress"],
+        ingress=[k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=workers, ports=ports)],
+        egress=[k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=workers, ports=ports)],
     )
 
 
-def network_policy_manifests(cfg: StackConfig) -> list[dict]:
-    """Every NetworkPolicy of the namespace (``metadata`` + ``spec``), deny-all first."""
-    workers = {"matchLabels": selector_labels(cfg)}
+def network_policies(args: NetworkPoliciesArgs) -> list[Policy]:
+    """Every NetworkPolicy of the namespace, deny-all first."""
+    dns_peers = [
+        k8s.networking.v1.NetworkPolicyPeerArgs(
+            namespace_selector=_namespace(DNS_NAMESPACE),
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=dict(DNS_POD_LABELS)),
+        ),
+        # Resolvers outside kube-dns: NodeLocal DNSCache, GKE's Cloud DNS.
+        *(_ip_block(c) for c in args.cluster.dns_egress_cidrs),
+    ]
     policies = [
         _policy(
-            cfg,
+            args,
             "default-deny",
-            {"podSelector": scope_selector(cfg), "policyTypes": ["Ingress", "Egress"]},
+            pod_selector=scope_selector(args),
+            policy_types=["Ingress", "Egress"],
         ),
-        peer_policy(cfg),
+        peer_policy(args),
         _policy(
-            cfg,
+            args,
             "dns",
-            {
-                "podSelector": scope_selector(cfg),
-                "policyTypes": ["Egress"],
-                "egress": [
-                    {
-                        "to": [
-                            {
-                                "namespaceSelector": {
-                                    "matchLabels": {NAMESPACE_NAME_LABEL: DNS_NAMESPACE}
-                                },
-                                "podSelector": {"matchLabels": dict(DNS_POD_LABELS)},
-                            },
-                            # Resolvers outside kube-dns: NodeLocal DNSCache, GKE's Cloud DNS.
-                            *({"ipBlock": {"cidr": c}} for c in cfg.cluster.dns_egress_cidrs),
-                        ],
-                        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-                    }
-                ],
-            },
+            pod_selector=scope_selector(args),
+            policy_types=["Egress"],
+            egress=[
+                k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+                    to=dns_peers, ports=[*_ports("UDP", 53), *_ports("TCP", 53)]
+                )
+            ],
+        ),
+        _policy(
+            args,
+            "api-server",
+            pod_selector=selector(args.identity),
+            policy_types=["Egress"],
+            egress=[
+                k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+                    to=[_ip_block(c) for c in args.cluster.api_server_cidrs],
+                    ports=_ports("TCP", *args.cluster.api_server_ports),
+                )
+            ],
         ),
     ]
-    policies.append(
-        _policy(
-            cfg,
-            "api-server",
-            {
-                "podSelector": workers,
-                "policyTypes": ["Egress"],
-                "egress": [
-                    {
-                        "to": [{"ipBlock": {"cidr": c}} for c in cfg.cluster.api_server_cidrs],
-                        "ports": [
-                            {"protocol": "TCP", "port": p} for p in cfg.cluster.api_server_ports
-                        ],
-                    }
-                ],
-            },
-        )
-    )
-    if cfg.cluster.egress_https_cidrs:
+    if args.cluster.egress_https_cidrs:
         policies.append(
             _policy(
-                cfg,
+                args,
                 "https-egress",
-                {
-                    "podSelector": workers,
-                    "policyTypes": ["Egress"],
-                    "egress": [
-                        {
-                            "to": [https_peer(c) for c in cfg.cluster.egress_https_cidrs],
-                            "ports": [{"protocol": "TCP", "port": 443}],
-                        }
-                    ],
-                },
+                pod_selector=selector(args.identity),
+                policy_types=["Egress"],
+                egress=[
+                    k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+                        to=[https_peer(c) for c in args.cluster.egress_https_cidrs],
+                        ports=_ports("TCP", 443),
+                    )
+                ],
             )
         )
-    if cfg.monitoring.enabled:
+    if args.monitoring_namespace is not None:
         policies.append(
             _policy(
-                cfg,
+                args,
                 "metrics",
-                {
-                    "podSelector": workers,
-                    "policyTypes": ["Ingress"],
-                    "ingress": [
-                        {
-                            "from": [
-                                {
-                                    "namespaceSelector": {
-                                        "matchLabels": {
-                                            NAMESPACE_NAME_LABEL: cfg.monitoring.namespace
-                                        }
-                                    }
-                                }
-                            ],
-                            "ports": [{"protocol": "TCP", "port": cfg.workers.metrics_port}],
-                        }
-                    ],
-                },
+                pod_selector=selector(args.identity),
+                policy_types=["Ingress"],
+                ingress=[
+                    k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                        from_=[
+                            k8s.networking.v1.NetworkPolicyPeerArgs(
+                                namespace_selector=_namespace(args.monitoring_namespace)
+                            )
+                        ],
+                        ports=_ports("TCP", args.metrics_port),
+                    )
+                ],
             )
         )
     return policies
 
 
-@dataclass(frozen=True)
-class NetworkPoliciesArgs:
-    cfg: StackConfig
-
-
 class NetworkPolicies(Component):
-    """All NetworkPolicies of :func:`network_policy_manifests`."""
+    """All NetworkPolicies of :func:`network_policies`."""
 
     def __init__(
         self, name: str, args: NetworkPoliciesArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(COMPONENT_TYPE, name, opts)
         names = []
-        for manifest in network_policy_manifests(args.cfg):
-            policy_name = manifest["metadata"]["name"]
-            kubernetes.networking.v1.NetworkPolicy(
-                policy_name, **kwargs(manifest), opts=self.child_opts()
+        for policy in network_policies(args):
+            k8s.networking.v1.NetworkPolicy(
+                policy.name,
+                metadata=metadata(args.identity, policy.name, "network"),
+                spec=policy.spec,
+                opts=self.child_opts(),
             )
-            names.append(policy_name)
+            names.append(policy.name)
         self.register_outputs({"policies": names})

@@ -2,7 +2,7 @@
 
 The workers' ServiceAccount may scale their StatefulSet (``contract.API_CALLS``), and an HPA
 may too; a quota bounds what any replica count can take from a shared cluster, GPUs first.
-Every figure is one worker's (:func:`infra.workers.container_resources`, the same dictionary
+Every figure is one worker's (:func:`infra.pod.container_resources`, the same dictionary
 the StatefulSet's container gets) times the most workers the stack can have
 (:func:`infra.workers.max_replicas`: ``autoscalingMaxReplicas`` with the HPA, else
 ``replicas``). There is no room for a surge: StatefulSet pods have fixed names
@@ -20,8 +20,8 @@ of :mod:`infra.admission` still keeps the workers' own scale calls at zero.
 from __future__ import annotations
 
 from infra.config import StackConfig, scale_quantity
-from infra.labels import metadata
-from infra.workers import container_resources, max_replicas
+from infra.pod import container_resources
+from infra.workers import max_replicas
 
 COMPUTE = ("cpu", "memory")
 """Resources a quota bounds both as requests and as limits; any other (an extended resource
@@ -29,25 +29,17 @@ such as ``nvidia.com/gpu``) can only be bounded as ``requests.<name>``, which Ku
 equal to its limit."""
 
 
-def quota_name(cfg: StackConfig) -> str:
-    return f"{cfg.app_name}-workers"
+def quota_name(app_name: str) -> str:
+    return f"{app_name}-workers"
 
 
 def quota_hard(cfg: StackConfig) -> dict[str, str]:
     """``spec.hard``: ``pods`` and every worker resource times :func:`max_replicas`."""
     count = max_replicas(cfg)
-    resources = container_resources(cfg)
+    resources = container_resources(cfg.workers)
     hard = {"pods": str(count)}
     for part in ("requests", "limits"):
         for name, amount in resources[part].items():
             key = f"{part}.{name}" if name in COMPUTE else f"requests.{name}"
             hard[key] = scale_quantity(amount, count)
     return hard
-
-
-def quota_manifest(cfg: StackConfig) -> dict | None:
-    """The ResourceQuota (``metadata`` + ``spec``), or ``None`` in a namespace the stack does
-    not own."""
-    if not cfg.owns_namespace:
-        return None
-    return {"metadata": metadata(cfg, quota_name(cfg), "quota"), "spec": {"hard": quota_hard(cfg)}}

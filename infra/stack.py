@@ -16,10 +16,11 @@ from infra.autoscaling import Autoscaler, AutoscalerArgs
 from infra.cluster import make_provider
 from infra.config import StackConfig
 from infra.image import PrebuiltImage, TrainerImage, image_args, prebuilt_image
-from infra.labels import selector_labels, standard_labels
+from infra.labels import Identity, selector_labels, standard_labels
 from infra.namespace import TrainingNamespace, TrainingNamespaceArgs
 from infra.network import NetworkPolicies, NetworkPoliciesArgs
-from infra.workers import CONTAINER_NAME, Workers, WorkersArgs, max_replicas
+from infra.pod import CONTAINER_NAME
+from infra.workers import Workers, WorkersArgs, max_replicas
 from trainer import contract
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def logs_command(cfg: StackConfig) -> str:
     """``kubectl logs -f`` over every worker, each line prefixed with its pod, on the stack's
     own cluster: its kube context, and its kubeconfig when the stack holds one (read back with
     ``pulumi config get``, never written into the output), not the shell's current context."""
-    selector = ",".join(f"{k}={v}" for k, v in selector_labels(cfg).items())
+    selector = ",".join(f"{k}={v}" for k, v in selector_labels(Identity.of(cfg)).items())
     context = f"--context {cfg.cluster.context} " if cfg.cluster.context else ""
     if cfg.cluster.kubeconfig is not None:
         context = f"--kubeconfig <(pulumi config get kubeconfig) {context}"
@@ -99,6 +100,7 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
         else image_args(cfg.image, gpu=cfg.workers.gpus > 0, cluster_kind=cfg.cluster.kind)
     )
 
+    identity = Identity.of(cfg)
     monitoring_args = None
     if cfg.monitoring.enabled:
         # Imported only when used: the monitoring stack is optional.
@@ -111,8 +113,8 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
             grafana_admin_password=cfg.monitoring.grafana_admin_password,
             # A plain name: the component depends on the namespace through its options.
             training_namespace=cfg.namespace,
-            worker_selector=selector_labels(cfg),
-            labels=standard_labels(cfg, "monitoring"),
+            worker_selector=selector_labels(identity),
+            labels=standard_labels(identity, "monitoring"),
             install=cfg.monitoring.install,
             chart_repository=cfg.monitoring.chart_repository,
             values=cfg.monitoring.values,
@@ -126,25 +128,24 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     image: PrebuiltImage | TrainerImage = (
         prebuilt if trainer_image_args is None else TrainerImage("trainer", trainer_image_args)
     )
-    namespace = TrainingNamespace("training", TrainingNamespaceArgs(cfg), on_cluster)
+    namespace = TrainingNamespace("training", TrainingNamespaceArgs.from_config(cfg), on_cluster)
     in_namespace = pulumi.ResourceOptions(providers=[provider], depends_on=[namespace])
-    NetworkPolicies("network", NetworkPoliciesArgs(cfg), in_namespace)
+    NetworkPolicies("network", NetworkPoliciesArgs.from_config(cfg), in_namespace)
     # Before any worker runs: the workers' scale calls are held at zero from their first call.
     guard = WorkerScaleGuard(
-        "scale-guard", WorkerScaleGuardArgs(cfg, namespace.role_rules), on_cluster
+        "scale-guard",
+        WorkerScaleGuardArgs.from_config(cfg, namespace.role_rules),
+        on_cluster,
     )
     workers = Workers(
         "workers",
-        WorkersArgs(
-            cfg=cfg,
-            image=image.image_ref,
-            pull_policy=image.pull_policy,
-            image_id=image.content_id,
+        WorkersArgs.from_config(
+            cfg, image=image.image_ref, pull_policy=image.pull_policy, image_id=image.content_id
         ),
         pulumi.ResourceOptions(providers=[provider], depends_on=[namespace, guard]),
     )
     if cfg.autoscaling.enabled:
-        Autoscaler("autoscaler", AutoscalerArgs(cfg, workers.statefulset), in_namespace)
+        Autoscaler("autoscaler", AutoscalerArgs.from_config(cfg, workers.statefulset), in_namespace)
     monitoring = None
     if monitoring_args is not None:
         from infra.monitoring import Monitoring

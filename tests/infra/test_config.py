@@ -405,10 +405,10 @@ def test_replicas_bounds_are_accepted(replicas, hpa):
     ],
 )
 def test_precision_reaches_the_trainer_flags(stack, overrides, expected):
-    from infra.workers import trainer_args
+    from infra.pod import trainer_args
 
     cfg = parse_config(*stack_config(stack, overrides), {})
-    args = trainer_args(cfg)
+    args = trainer_args(cfg.training)
     assert cfg.training.precision == expected, f"{stack} {overrides}: {cfg.training.precision}"
     assert args[args.index("--precision") + 1] == expected, f"{stack} {overrides}: {args}"
 

@@ -14,7 +14,7 @@ from pulumi.runtime.rpc import is_rpc_secret, unwrap_rpc_secret
 
 from infra import image
 from infra.config import PROJECT, ConfigError, ImageConfig
-from infra.workers import CONTAINER_NAME
+from infra.pod import CONTAINER_NAME
 from tools import render
 
 PASSWORD = "hunter2-registry-password"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from infra.config import PROJECT, ConfigError, parse_config
-from infra.workers import REVISION_LABEL, RUN_ID_ANNOTATION, checkpoint_dir
+from infra.pod import REVISION_LABEL, checkpoint_dir
+from infra.workers import RUN_ID_ANNOTATION
 from tools.render import Rendered, render_stack, stack_config
 from trainer import contract
 

@@ -8,8 +8,8 @@ import pytest
 
 from infra import workers
 from infra.config import parse_config
+from infra.pod import trainer_args, trainer_flags
 from infra.stack import MONITORING_OUTPUTS
-from infra.workers import trainer_args, trainer_flags
 from tools.render import SECRET_TEXT, render_stack, stack_config
 from trainer import contract
 
@@ -283,7 +283,7 @@ def test_container_sets_args_never_command(rendered, stack):
     container = _container(rendered, stack)
     assert "command" not in container, f"stack {stack}: the image ENTRYPOINT is the one definition"
     cfg = parse_config(*stack_config(stack), {})
-    assert container["args"] == trainer_args(cfg)
+    assert container["args"] == trainer_args(cfg.training)
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -292,7 +292,7 @@ def test_container_args_are_the_stack_flags(rendered, stack):
     written even at the trainer's default."""
     args = _container(rendered, stack)["args"]
     cfg = parse_config(*stack_config(stack), {})
-    assert contract.TrainerFlags.from_argv(args) == trainer_flags(cfg)
+    assert contract.TrainerFlags.from_argv(args) == trainer_flags(cfg.training)
     written = [a.removeprefix("--").replace("-", "_") for a in args if a.startswith("--")]
     assert written == [
         "dataset",
@@ -484,11 +484,15 @@ def _dev(**overrides: object) -> object:
     return parse_config(*stack_config("dev", flat), {})
 
 
+def _patch_name(**overrides: object) -> str:
+    return workers.size_patch_name("workers", workers.run_target(_dev(**overrides)))
+
+
 def test_a_new_target_is_a_new_size_patch_and_the_same_target_is_not() -> None:
-    same = workers.size_patch_name("workers", _dev())
-    assert workers.size_patch_name("workers", _dev(imageTag="0.9.9")) == same, "image: a rollout"
+    same = _patch_name()
+    assert _patch_name(imageTag="0.9.9") == same, "image: a rollout"
     for key, value in (("epochs", 9), ("stepsPerEpoch", 7), ("runId", "r2")):
-        other = workers.size_patch_name("workers", _dev(**{key: value}))
+        other = _patch_name(**{key: value})
         assert other != same, f"{key}={value}: the finished run's workers would stay at zero"
 
 
