@@ -14,6 +14,7 @@ BENCH_ARGS ?=
 .PHONY: run test lint render bench clean promtool tools cluster-up cluster-down e2e
 
 $(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/trainer.txt
+	@echo "installing the Python environment into $(VENV) (TensorFlow, Pulumi, test tools): a few minutes, once"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements/dev.txt
