@@ -159,6 +159,18 @@ def clean(value: Any) -> Any:
     return value
 
 
+def _load_yaml(path: Path) -> Any:
+    """A YAML file's contents; a syntax error is a one-line :class:`RenderError` naming the file,
+    line and column (PyYAML's own message spans several lines and a traceback)."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RenderError(f"{path.name}: not valid YAML{where}: {problem}") from None
+
+
 def stack_config(
     stack: str, overrides: Mapping[str, Any] | None = None, root: Path = ROOT
 ) -> tuple[dict[str, str], list[str]]:
@@ -173,21 +185,22 @@ def stack_config(
             ``{"secure": ...}`` is a secret, ``None`` removes the key.
 
     Raises:
-        RenderError: the stack file is missing or has no ``config`` mapping.
+        RenderError: the stack file is missing, is not valid YAML or has no ``config`` mapping.
     """
     path = root / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise RenderError(f"--stack: no stack file {path.name} in {root}; got {stack!r}")
-    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(doc.get("config", {}), dict):
-        raise RenderError(f"{path.name}: 'config' must be a mapping; got {doc.get('config')!r}")
+    doc = _load_yaml(path) or {}
+    if not isinstance(doc, dict) or not isinstance(doc.get("config", {}), dict):
+        got = doc.get("config") if isinstance(doc, dict) else doc
+        raise RenderError(f"{path.name}: 'config' must be a mapping; got {got!r}")
 
+    project_doc = _load_yaml(root / "Pulumi.yaml")  # before the declarations: one-line errors
     typed: dict[str, Any] = {
         f"{PROJECT}:{d.key}": d.default
         for d in project_declarations(root / "Pulumi.yaml").values()
         if d.default is not None
     }
-    project_doc = yaml.safe_load((root / "Pulumi.yaml").read_text(encoding="utf-8"))
     for key, spec in (project_doc.get("config") or {}).items():
         # Values for other namespaces (``pulumi:``, providers) set for every stack.
         if ":" in key and not key.startswith(f"{PROJECT}:"):

@@ -73,3 +73,32 @@ def test_cli_reports_config_errors(tmp_path, capsys, monkeypatch):
         "tf-distributed:replicas: must be an integer in [1, 1000]; got '0'"
         in capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "message"),
+    [
+        (
+            "Pulumi.dev.yaml",
+            "config:\n  tf-distributed:replicas: [1\n",
+            "Pulumi.dev.yaml: not valid YAML at line 3, column 1: expected ',' or ']'",
+        ),
+        ("Pulumi.dev.yaml", "config:\n\tfoo: 1\n", "Pulumi.dev.yaml: not valid YAML at line 2"),
+        ("Pulumi.dev.yaml", "- a list\n", "Pulumi.dev.yaml: 'config' must be a mapping"),
+        ("Pulumi.yaml", "name: [x\n", "Pulumi.yaml: not valid YAML at line 2, column 1"),
+    ],
+)
+def test_a_malformed_yaml_file_is_one_line_naming_file_and_place(
+    tmp_path, capsys, monkeypatch, file, text, message
+):
+    real = render.stack_config
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml"):
+        (tmp_path / name).write_text((render.ROOT / name).read_text())
+    (tmp_path / file).write_text(text)
+    monkeypatch.setattr(
+        render, "stack_config", lambda stack, overrides=None: real(stack, overrides, tmp_path)
+    )
+    assert render.main(["--stack", "dev", "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
