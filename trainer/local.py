@@ -21,6 +21,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trainer import contract
+from trainer.checkpoints import CHECKPOINTS_SUBDIR
 from trainer.contract.flags import TrainerFlags
 from trainer.errors import (
     EXIT_API,
@@ -46,6 +48,7 @@ from trainer.errors import (
     EXIT_RUN_CONFLICT,
     EXIT_USAGE,
 )
+from trainer.tf_notices import NO_GPU_NOTE, NoticeFilter
 
 STATEFULSET = "tfd-worker"
 SERVICE = "tfd-workers"
@@ -209,6 +212,7 @@ class LocalCluster:
         self.python = python
         self.procs: list[WorkerProcess] = []
         self._lock = threading.Lock()
+        self._noted_no_gpu = False  # NO_GPU_NOTE is printed once per launch, not per worker
 
     def start(self) -> list[WorkerProcess]:
         envs = worker_envs(self.workers, self.checkpoint_dir, launch_id=self.launch_id)
@@ -231,10 +235,17 @@ class LocalCluster:
 
     def _pump(self, wp: WorkerProcess) -> None:
         assert wp.proc.stdout is not None
+        notices = NoticeFilter()
         for raw in wp.proc.stdout:
             line = raw.rstrip("\n")
             wp.lines.append(line)
-            if self.out is not None:
+            shown = notices.shown(line)
+            if self.out is not None and notices.no_driver and not self._noted_no_gpu:
+                with self._lock:
+                    if not self._noted_no_gpu:
+                        self._noted_no_gpu = True
+                        self.out.write(f"[launcher] {NO_GPU_NOTE}\n")
+            if self.out is not None and shown:
                 with self._lock:
                     self.out.write(f"[worker-{wp.index}] {line}\n")
                     self.out.flush()
@@ -384,8 +395,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if flags.on_done != contract.ON_DONE_EXIT:
         # No StatefulSet to scale to zero, no pod to keep idle: a finished local job exits.
         rest += ["--on-done", contract.ON_DONE_EXIT]
+    created = False
     if "://" not in root:
         root = str(Path(root).resolve())
+        created = not Path(root).exists()
         Path(root).mkdir(parents=True, exist_ok=True)
 
     interrupted = threading.Event()
@@ -423,7 +436,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[launcher] restarting all workers ({restarts}/{args.restarts})", flush=True)
     wall_s = time.time() - t0
     print(json.dumps(_summary_line(args.workers, root, wall_s, restarts, code, first_step_s)))
+    if code != EXIT_OK and created:
+        _discard_unresumable(root)
     return code
+
+
+def _discard_unresumable(root: str) -> None:
+    """Remove the directory of a failed run this launch created when it holds no checkpoint:
+    nothing in it resumes (manifest, lease and logs of a run that never saved), and leaving it
+    would keep the run id taken. A run with a checkpoint stays, to be resumed."""
+    if (Path(root) / CHECKPOINTS_SUBDIR / "checkpoint").exists():
+        print(f"[launcher] the run's checkpoints stay in {root}: the same --run-id resumes it")
+        return
+    shutil.rmtree(root, ignore_errors=True)
+    print(f"[launcher] removed {root}: the run failed before its first checkpoint")
 
 
 if __name__ == "__main__":

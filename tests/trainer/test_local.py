@@ -241,3 +241,40 @@ def test_world_size_change_stops_at_a_checkpoint(tmp_path: Path):
     stop = cluster.procs[0].events("stop")[-1]
     assert stop["reason"] == "world size changed"
     assert (tmp_path / "run" / "checkpoints" / f"ckpt-{stop['step']}.index").exists()
+
+
+@pytest.mark.parametrize(
+    ("existed", "checkpointed", "codes", "kept"),
+    [
+        (False, False, [EXIT_USAGE], False),  # failed before any checkpoint: nothing resumes
+        (False, True, [errors.EXIT_DATA], True),  # a checkpoint resumes the run: kept
+        (True, False, [EXIT_USAGE], True),  # the directory was there before this launch
+        (False, False, [0], True),  # a finished run keeps its directory
+    ],
+)
+def test_a_failed_run_leaves_only_what_resumes(
+    tmp_path: Path, monkeypatch, existed: bool, checkpointed: bool, codes: list[int], kept: bool
+):
+    run_dir = tmp_path / "runs" / "r1"
+    if existed:
+        run_dir.mkdir(parents=True)
+
+    class Cluster:
+        def __init__(self, *_: object, **__: object) -> None:
+            self.procs: list[local.WorkerProcess] = []
+
+        def start(self) -> None:
+            (run_dir / "run.json").write_text("{}")
+            if checkpointed:
+                (run_dir / "checkpoints").mkdir()
+                (run_dir / "checkpoints" / "checkpoint").write_text("")
+            self.procs = [local.WorkerProcess(0, None, {})]  # type: ignore[arg-type]
+
+        def wait(self) -> list[int]:
+            return codes
+
+    monkeypatch.setattr(local, "LocalCluster", Cluster)
+    monkeypatch.setattr(local.signal, "signal", lambda *_: None)  # keep pytest's handlers
+    argv = ["--workers", "1", "--restarts", "0", "--checkpoint-dir", str(run_dir)]
+    assert local.main(argv) == codes[0]
+    assert run_dir.exists() == kept, f"{run_dir}: kept={run_dir.exists()}, expected {kept}"
