@@ -208,3 +208,14 @@ def test_the_default_branch_deploys_behind_an_environment() -> None:
     assert "default_branch" in spec["if"], spec["if"]
     for stack in spec["strategy"]["matrix"]["stack"]:
         assert (ROOT / f"Pulumi.{stack}.yaml").is_file(), stack
+
+
+def test_pull_requests_say_what_the_change_does_to_a_running_training() -> None:
+    doc = load(WORKFLOWS / "preview.yml")
+    job, _ = pulumi_step("preview.yml")
+    runs = [s.get("run", "") for j, s in steps(doc) if j == job]
+    impact = [r for r in runs if "tools.training_impact" in r]
+    assert len(impact) == 1, f"preview.yml job {job}: {len(impact)} training-impact steps"
+    script = impact[0]
+    assert script.index("pulumi preview") < script.index("tools.training_impact"), script
+    assert "--json" in script and "gh pr comment" in script, script

@@ -27,6 +27,8 @@ from typing import Any
 
 from pulumi import automation as auto
 
+from tools.training_impact import Impact, from_engine_events, impact
+
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools"
 KUBECONFIG = TOOLS / "kubeconfig"
@@ -155,6 +157,8 @@ class Run:
     stdout: str
     stderr: str
     seconds: float
+    # What the run does to a running training (tools/training_impact.py), from its events.
+    impact: Impact = Impact.NONE
 
     def changed(self) -> list[Step]:
         """Steps that change something (everything but ``same`` and reads)."""
@@ -257,6 +261,7 @@ class Project:
             stdout=result.stdout,
             stderr=result.stderr,
             seconds=time.monotonic() - started,
+            impact=impact(from_engine_events(events)),
         )
 
     def preview(self, **kwargs: Any) -> Run:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import KUBECONFIG, PROJECT, Kube, Project
+from tools.training_impact import Impact
 from trainer import contract, k8s
 
 NAMESPACE = "tfd-life"
@@ -155,6 +156,7 @@ def test_more_epochs_bring_the_finished_runs_workers_back(deployed: Project, kub
 def test_a_new_run_id_replaces_the_statefulset_at_full_size(deployed: Project, kube: Kube) -> None:
     deployed.set("runId", "2")
     preview = deployed.preview()
+    assert preview.impact is Impact.NEW_RUN, preview.impact
     changed = _resources(preview.changed())
     assert changed and {name for _, name in changed} == {"workers"}, changed
     assert any(op in ("replace", "delete-replaced") for op, _ in changed), changed

@@ -17,6 +17,7 @@ from pulumi.automation._stack import ImportResource
 
 from tests.e2e.conftest import rendered_resources
 from tests.e2e.harness import KUBECONFIG, Kube, Project
+from tools.training_impact import Impact
 from trainer import contract
 
 NAMESPACE = "tfd-e2e"
@@ -136,7 +137,7 @@ def test_workers_are_admitted_named_and_ready(first_up: Any, kube: Kube) -> None
 
 
 def test_no_changes_right_after_up(first_up: Any, project: Project) -> None:
-    project.preview(expect_no_changes=True)
+    assert project.preview(expect_no_changes=True).impact is Impact.NONE
     project.refresh(expect_no_changes=True)
 
 
@@ -158,7 +159,9 @@ def test_update_previews_exactly_the_change_and_up_applies_it(
 ) -> None:
     # A new image: the pod template changes (a rollout), nothing else; the HPA's count stays.
     project.set("imageReference", "tf-distributed-trainer:0.2.0")
-    changed = project.preview().changed()
+    preview = project.preview()
+    assert preview.impact is Impact.ROLLOUT, preview.impact
+    changed = preview.changed()
     assert [(s.op, s.type, s.name) for s in changed] == [
         ("update", "kubernetes:apps/v1:StatefulSet", "workers")
     ], [(s.op, s.type, s.name, s.diffs) for s in changed]
@@ -184,7 +187,10 @@ def test_update_previews_exactly_the_change_and_up_applies_it(
     # More epochs change the run's target: a new size patch replaces the old one and sets the
     # count to `replicas` (what brings a finished run back; the HPA resizes from there).
     project.set("epochs", 5)
-    changed = {(s.op, s.type, s.name.split("-size-")[0]): s for s in project.preview().changed()}
+    preview = project.preview()
+    # The new --epochs is a template change too: every worker restarts once, then resumes.
+    assert preview.impact is Impact.ROLLOUT, preview.impact
+    changed = {(s.op, s.type, s.name.split("-size-")[0]): s for s in preview.changed()}
     assert sorted(changed) == [
         ("create", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
         ("delete", "kubernetes:apps/v1:StatefulSetPatch", "workers"),
