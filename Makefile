@@ -11,7 +11,7 @@ WORKERS ?= 2
 ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: run test lint render bench clean promtool tools cluster-up cluster-down e2e
+.PHONY: run test test-fast lint render bench bench-goodput clean promtool tools cluster-up cluster-down e2e
 
 $(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/trainer.txt
 	@echo "installing the Python environment into $(VENV) (TensorFlow, Pulumi, test tools): a few minutes, once"
@@ -59,6 +59,14 @@ promtool:
 test: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(POLICY_VENV)/.installed node_modules/.installed promtool lint
 	$(VENV)/bin/python -m pytest
 
+# The edit-test loop: lint and every test that starts no TensorFlow worker processes (the `slow`
+# marker), stopping at the first failure; TESTS narrows it (TESTS=tests/infra). `make test` runs
+# everything.
+TESTS ?=
+test-fast: $(VENV)/.installed $(CHECKOV_VENV)/.installed $(POLICY_VENV)/.installed node_modules/.installed promtool
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python -m pytest -q -x -m 'not slow and not e2e' $(TESTS)
+
 render: $(VENV)/.installed
 	$(VENV)/bin/python -m tools.render --stack dev --out out/dev
 	$(VENV)/bin/python -m tools.render --stack prod --out out/prod
@@ -66,6 +74,12 @@ render: $(VENV)/.installed
 # BENCH_ARGS: e.g. --quick (1 round, development) or --json benchmarks/results/DATE.json
 bench: $(VENV)/.installed
 	$(VENV)/bin/python -m benchmarks.throughput $(BENCH_ARGS)
+
+# What failures cost a 2-worker local run (kill -9 / SIGTERM every N s against an undisturbed
+# run). GOODPUT_ARGS: e.g. --quick, or --json benchmarks/results/goodput-DATE.json.
+GOODPUT_ARGS ?=
+bench-goodput: $(VENV)/.installed
+	$(VENV)/bin/python -m benchmarks.goodput $(GOODPUT_ARGS)
 
 # The e2e toolchain (pinned in tools/versions.env), cached by version outside the clone.
 tools:

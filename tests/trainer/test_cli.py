@@ -174,6 +174,7 @@ def runs(roots: dict[str, Path]) -> Iterator[dict[str, tuple[int, str]]]:
     yield results
 
 
+@pytest.mark.slow  # the module's `runs` fixture starts a trainer process per case
 @pytest.mark.parametrize("case", list(CASES))
 def test_errors_are_one_line_and_exit_code(runs: dict[str, tuple[int, str]], case: str):
     code, stderr = runs[case]
@@ -184,12 +185,14 @@ def test_errors_are_one_line_and_exit_code(runs: dict[str, tuple[int, str]], cas
     assert last.startswith("trainer: error: ") and text in last, f"{case}: {last}"
 
 
+@pytest.mark.slow  # the module's `runs` fixture starts a trainer process per case
 def test_a_diverged_run_saved_nothing(runs: dict[str, tuple[int, str]], roots: dict[str, Path]):
     """The all-NaN run stopped at its first call, before the first checkpoint."""
     assert runs[ALL_NAN][0] == EXIT_DIVERGED
     assert not list(roots[ALL_NAN].glob("checkpoints/ckpt-*")), "a checkpoint after the NaN loss"
 
 
+@pytest.mark.slow  # the module's `runs` fixture starts a trainer process per case
 def test_unexpected_error_prints_traceback_and_exits_1(runs: dict[str, tuple[int, str]]):
     """The fixture's communicate() timeout also proves the process ended (no shutdown hang)."""
     code, stderr = runs[UNEXPECTED]
