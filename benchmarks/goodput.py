@@ -54,11 +54,17 @@ from benchmarks.goodput_figures import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+UNDISTURBED, COLD, STANDBY = "undisturbed", "cold", "standby"
+VARIANTS = (UNDISTURBED, COLD, STANDBY)
+"""Per pair: no failures; failures with every restart starting cold (``--no-standby``, also
+the undisturbed run's setting); failures with the launcher's warm standbys (``--standby``)."""
 
 
-def run_job(cfg: GoodputConfig, steps: int, inject: bool, rng: random.Random) -> JobRecord:
-    """Run the launcher once; with ``inject``, signal a random worker every ``cfg.every_s``
-    seconds of training (from each attempt's first step) until ``cfg.failures`` were sent."""
+def run_job(cfg: GoodputConfig, steps: int, variant: str, rng: random.Random) -> JobRecord:
+    """Run the launcher once as ``variant`` (:data:`VARIANTS`): undisturbed, or signalling a
+    random worker every ``cfg.every_s`` seconds of training (from each attempt's first step)
+    until ``cfg.failures`` were sent, with cold restarts or with standbys."""
+    inject = variant != UNDISTURBED
     record = JobRecord()
     pids: dict[int, int] = {}
     trained_since: list[float | None] = [None]  # the current attempt's first step, read time
@@ -69,6 +75,7 @@ def run_job(cfg: GoodputConfig, steps: int, inject: bool, rng: random.Random) ->
             "--workers", str(cfg.workers),
             "--restarts", str(cfg.failures + 5),
             "--checkpoint-dir", ckpt,
+            "--standby" if variant == STANDBY else "--no-standby",
             *cfg.trainer_args(steps),
         ]  # fmt: skip
         record.t_launch = time.time()
@@ -130,7 +137,7 @@ def run_job(cfg: GoodputConfig, steps: int, inject: bool, rng: random.Random) ->
 def probe_step_s(cfg: GoodputConfig) -> float:
     """The step time of a short undisturbed job (its training time over its steps)."""
     steps = 2 * cfg.checkpoint_every
-    job = run_job(cfg, steps, inject=False, rng=random.Random(0))
+    job = run_job(cfg, steps, UNDISTURBED, random.Random(0))
     if job.exit_code != 0:
         tail = "\n".join(text for _, text in job.lines[-15:])
         raise GoodputError(f"the probe job ended with exit code {job.exit_code}:\n{tail}")
@@ -177,13 +184,16 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{cfg.pairs} pair(s), {cfg.failures} x {cfg.failure} every {cfg.every_s:g} s",
               flush=True)  # fmt: skip
         rng = random.Random(cfg.seed)
-        pairs = []
+        jobs: dict[str, list[JobRecord]] = {v: [] for v in VARIANTS}
         for i in range(cfg.pairs):
-            order = [False, True] if i % 2 == 0 else [True, False]
-            done = {inject: run_job(cfg, steps, inject, rng) for inject in order}
-            pairs.append((done[False], done[True]))
+            # Reversed every other pair: neither variant always runs first.
+            for variant in VARIANTS if i % 2 == 0 else VARIANTS[::-1]:
+                jobs[variant].append(run_job(cfg, steps, variant, rng))
             print(f"[goodput] pair {i + 1}/{cfg.pairs} done", flush=True)
-        result = figures(cfg, steps, pairs)
+        result = {
+            v: figures(cfg, steps, list(zip(jobs[UNDISTURBED], jobs[v], strict=True)))
+            for v in (COLD, STANDBY)
+        }
     except (GoodputError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -191,9 +201,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in doc.items() if k != "pairs"}, indent=1))
-    for line in verdicts(cfg, result):
-        print(line)
+    for variant in (COLD, STANDBY):
+        brief = {k: v for k, v in result[variant].items() if k != "pairs"}
+        print(f"[goodput] failures with {variant} restarts: {json.dumps(brief)}")
+        for line in verdicts(cfg, result[variant]):
+            print(f"  {line}")
     return 0
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchmarks.stats import median_rank
-from trainer.local import split_worker_output
+from trainer.local_cluster import split_worker_output
 
 TARGET_FAILURE_TO_STEP_P50_S = 5.0
 TARGET_RECOMPUTED_FRACTION = 0.10
@@ -309,8 +309,8 @@ def verdicts(cfg: GoodputConfig, f: dict[str, Any]) -> list[str]:
 
 
 def planned_steps(cfg: GoodputConfig, step_s: float) -> int:
-    """A job long enough for every failure: ``failures`` intervals of training plus one more,
+    """A job long enough for every failure: ``failures`` intervals of training plus two more,
     at the measured step time, in whole checkpoint intervals."""
-    seconds = (cfg.failures + 1) * cfg.every_s
+    seconds = (cfg.failures + 2) * cfg.every_s  # one interval of margin: steps run faster
     steps = int(seconds / step_s)
     return max(cfg.checkpoint_every, steps - steps % cfg.checkpoint_every)

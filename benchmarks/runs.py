@@ -32,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks.roofline import BenchmarkError  # noqa: E402
 from trainer.config import Config  # noqa: E402
-from trainer.local import (  # noqa: E402
+from trainer.local_cluster import (  # noqa: E402
     LocalCluster,
     intra_op_threads,
     parse_events,
@@ -299,7 +299,7 @@ def _keras_child(arg: str) -> int:
     """Entry point of :func:`keras_run`'s process: one JSON result line."""
     import tensorflow as tf
 
-    from trainer.local import intra_op_threads
+    from trainer.local_cluster import intra_op_threads
 
     tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads(1))
     doc = json.loads(arg)

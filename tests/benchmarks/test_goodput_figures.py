@@ -116,7 +116,7 @@ def test_the_median_interval_needs_six_values():
 @pytest.mark.parametrize(
     ("cfg", "step_s", "steps"),
     [
-        (GoodputConfig(failures=10, every_s=120, checkpoint_every=200), 0.05, 26400),
+        (GoodputConfig(failures=10, every_s=120, checkpoint_every=200), 0.05, 28800),
         (GoodputConfig(failures=1, every_s=1, checkpoint_every=200), 0.05, 200),  # at least one
     ],
 )

@@ -22,7 +22,7 @@ from tests.e2e.test_image import built, docker  # noqa: F401 - fixtures and help
 from tests.e2e.test_real_training import log_figure, node_image  # noqa: F401 - fixture
 from trainer import contract
 from trainer.errors import EXIT_NOT_ADMITTED
-from trainer.local import parse_events
+from trainer.local_cluster import parse_events
 
 # One long run through every phase; each test waits for its phase (default limit: 300 s).
 pytestmark = [pytest.mark.real_node, pytest.mark.timeout(2400)]

@@ -23,7 +23,7 @@ from trainer.errors import (
     EXIT_UNEXPECTED,
     EXIT_USAGE,
 )
-from trainer.local import worker_envs
+from trainer.local_cluster import worker_envs
 
 
 def test_parse_args_reads_the_flags_definition(capsys: pytest.CaptureFixture[str]):

@@ -12,7 +12,7 @@ import pytest
 
 from trainer import finish
 from trainer.errors import EXIT_DIVERGED
-from trainer.local import worker_envs
+from trainer.local_cluster import worker_envs
 
 
 def _strict(text: str) -> dict:

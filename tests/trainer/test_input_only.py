@@ -12,7 +12,7 @@ import tensorflow as tf
 from trainer import contract, input_only
 from trainer.config import Config
 from trainer.errors import DataError
-from trainer.local import worker_envs
+from trainer.local_cluster import worker_envs
 from trainer.logs import Log
 
 

@@ -30,7 +30,7 @@ from trainer.errors import (
     RestartRequested,
 )
 from trainer.lease import LEASE_FILE, LeaseRecord
-from trainer.local import parse_events, worker_envs
+from trainer.local_cluster import parse_events, worker_envs
 from trainer.logs import Log
 from trainer.signals import StopSignal
 

@@ -20,7 +20,7 @@ from tests.trainer.fake_api import FakeApi, Seen
 from tests.trainer.waiting import until
 from trainer import contract, runs
 from trainer.errors import EXIT_OK, EXIT_RESTART
-from trainer.local import LocalCluster, parse_events, split_worker_output
+from trainer.local_cluster import LocalCluster, parse_events, split_worker_output
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer import contract, errors, local
+from trainer import contract, errors, local, local_cluster
 from trainer.errors import EXIT_RESTART, EXIT_USAGE
 
 SUMMARY_KEYS = {"workers", "final_step", "loss", "accuracy", "examples_per_sec", "wall_s"}
@@ -43,13 +43,13 @@ def test_bad_flags_start_nothing(argv: list[str], match: str, capsys: pytest.Cap
 
 
 def test_run_id_is_the_checkpoint_directory(tmp_path: Path):
-    envs = local.worker_envs(2, str(tmp_path / "runs" / "run-42"))
+    envs = local_cluster.worker_envs(2, str(tmp_path / "runs" / "run-42"))
     assert {e[contract.ENV_RUN_ID] for e in envs} == {"run-42"}
     assert all(contract.run_id_from_env(e) == "run-42" for e in envs)
 
 
 def test_worker_envs_follow_the_contract(tmp_path: Path):
-    envs = local.worker_envs(3, str(tmp_path), base={"TF_CONFIG": "{}"})
+    envs = local_cluster.worker_envs(3, str(tmp_path), base={"TF_CONFIG": "{}"})
     specs = [contract.cluster_spec_from_env(e) for e in envs]
     assert [s.task_index for s in specs] == [0, 1, 2]
     assert len({s.workers for s in specs}) == 1 and specs[0].num_workers == 3
@@ -71,7 +71,7 @@ def test_worker_envs_carry_the_launch_id(
     tmp_path: Path, launch_id: str, inherited: str, expected: str | None
 ):
     base = {contract.ENV_LAUNCH_ID: inherited} if inherited else {}
-    envs = local.worker_envs(2, str(tmp_path), base=base, launch_id=launch_id)
+    envs = local_cluster.worker_envs(2, str(tmp_path), base=base, launch_id=launch_id)
     assert [e.get(contract.ENV_LAUNCH_ID) for e in envs] == [expected, expected], envs
 
 
@@ -84,12 +84,15 @@ def test_each_launch_draws_one_launch_id_for_all_its_attempts(tmp_path: Path, mo
         def __init__(self, *_: object, launch_id: str = "", **__: object) -> None:
             self.launch_id = launch_id
             self.codes = [[EXIT_RESTART], [0]]  # one restart, then done
-            self.procs: list[local.WorkerProcess] = []
+            self.procs: list[local_cluster.WorkerProcess] = []
 
         def start(self) -> None:
-            envs = local.worker_envs(1, str(tmp_path), base={}, launch_id=self.launch_id)
+            envs = local_cluster.worker_envs(1, str(tmp_path), base={}, launch_id=self.launch_id)
             started.append(envs[0][contract.ENV_LAUNCH_ID])
-            self.procs = [local.WorkerProcess(0, None, envs[0])]  # type: ignore[arg-type]
+            self.procs = [local_cluster.WorkerProcess(0, None, envs[0])]  # type: ignore[arg-type]
+
+        def close(self) -> None:
+            pass
 
         def wait(self) -> list[int]:
             return self.codes.pop(0)
@@ -149,7 +152,7 @@ def test_every_trainer_error_is_classified():
     [(1, 2, 2), (2, 2, 1), (3, 2, 1), (2, 16, 8), (3, 16, 5)],
 )
 def test_intra_op_threads(workers: int, cpus: int, expected: int):
-    assert local.intra_op_threads(workers, cpus) == expected
+    assert local_cluster.intra_op_threads(workers, cpus) == expected
 
 
 def test_worker_output_parsers():
@@ -161,11 +164,11 @@ def test_worker_output_parsers():
         '[worker-0] {"no_event": true}',
         '{"workers": 2, "exit_code": 0}',
     ]
-    split = local.split_worker_output(output)
+    split = local_cluster.split_worker_output(output)
     assert sorted(split) == [0, 1] and len(split[1]) == 2
-    assert [e["event"] for e in local.parse_events(split[0])] == ["start"]
-    assert local.parse_events(split[1], "first_step")[0]["step"] == 4
-    assert local.parse_events(split[1], "start") == []
+    assert [e["event"] for e in local_cluster.parse_events(split[0])] == ["start"]
+    assert local_cluster.parse_events(split[1], "first_step")[0]["step"] == 4
+    assert local_cluster.parse_events(split[1], "start") == []
 
 
 @pytest.mark.slow
@@ -261,14 +264,17 @@ def test_a_failed_run_leaves_only_what_resumes(
 
     class Cluster:
         def __init__(self, *_: object, **__: object) -> None:
-            self.procs: list[local.WorkerProcess] = []
+            self.procs: list[local_cluster.WorkerProcess] = []
 
         def start(self) -> None:
             (run_dir / "run.json").write_text("{}")
             if checkpointed:
                 (run_dir / "checkpoints").mkdir()
                 (run_dir / "checkpoints" / "checkpoint").write_text("")
-            self.procs = [local.WorkerProcess(0, None, {})]  # type: ignore[arg-type]
+            self.procs = [local_cluster.WorkerProcess(0, None, {})]  # type: ignore[arg-type]
+
+        def close(self) -> None:
+            pass
 
         def wait(self) -> list[int]:
             return codes

@@ -20,7 +20,7 @@ from trainer import contract, manifest
 from trainer.config import Config
 from trainer.errors import EXIT_OK, EXIT_RUN_CONFLICT, DataError, RunConflictError
 from trainer.lease import LEASE_FILE, LeaseRecord, holder_identity
-from trainer.local import parse_events, worker_envs
+from trainer.local_cluster import parse_events, worker_envs
 from trainer.logs import Log
 from trainer.manifest import MANIFEST_FILE, RunGuard
 

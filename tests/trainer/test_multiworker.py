@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.trainer.waiting import until
 from trainer import contract
 from trainer.errors import EXIT_NOT_ADMITTED, EXIT_RESTART
-from trainer.local import STATEFULSET, LocalCluster, free_ports, parse_events, worker_envs
+from trainer.local_cluster import STATEFULSET, LocalCluster, free_ports, parse_events, worker_envs
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import pytest
 
 from trainer import precision
 from trainer.errors import EXIT_USAGE, UsageError
-from trainer.local import parse_events, worker_envs
+from trainer.local_cluster import parse_events, worker_envs
 from trainer.precision import Hardware
 
 CPU_PLAIN = Hardware(frozenset({"avx2", "fma"}))

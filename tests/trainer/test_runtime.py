@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainer import contract, placement, runtime
-from trainer.local import worker_envs
+from trainer.local_cluster import worker_envs
 from trainer.logs import Log
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainer import local
+from trainer import local_cluster
 from trainer.tf_notices import NO_GPU_NOTE, NoticeFilter
 
 ABSL = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
@@ -39,12 +39,12 @@ def test_which_lines_are_shown(lines: list[str], shown: list[str]):
 
 def test_the_launcher_notes_the_cpu_once_and_keeps_every_line(tmp_path):
     out = io.StringIO()
-    cluster = local.LocalCluster(2, str(tmp_path), out=out)
+    cluster = local_cluster.LocalCluster(2, str(tmp_path), out=out)
     workers = []
     for i in range(2):
         text = "\n".join([ABSL, NO_DRIVER, CUINIT, EVENT]) + "\n"
         proc = SimpleNamespace(stdout=io.StringIO(text), wait=lambda: 0)
-        worker = local.WorkerProcess(i, proc, {})  # type: ignore[arg-type]
+        worker = local_cluster.WorkerProcess(i, proc, {})  # type: ignore[arg-type]
         cluster._pump(worker)
         workers.append(worker)
     printed = out.getvalue().splitlines()

@@ -12,7 +12,7 @@ import pytest
 from tests.trainer.messages import PEER_LOST, PEER_LOST_LINE
 from trainer import checkpoints, contract, errors, finish, signals, train
 from trainer.cli import Config
-from trainer.local import worker_envs
+from trainer.local_cluster import worker_envs
 from trainer.logs import Log
 from trainer.metrics import Metrics
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer.local import parse_events, worker_envs
+from trainer.local_cluster import parse_events, worker_envs
 
 pytestmark = pytest.mark.slow
 
