@@ -17,7 +17,7 @@ PUBLIC = {"pulumi.runtime.rpc", "pulumi.automation", "pulumi.dynamic"}
 """SDK modules whose names without a leading ``_`` are public (``rpc`` is exported by
 ``pulumi.runtime``); every other ``pulumi.*`` module is internal."""
 ALLOWED = {
-    "infra/config.py": ["pulumi.runtime.config.CONFIG"],
+    "infra/config/runtime.py": ["pulumi.runtime.config.CONFIG"],
     "tools/pulumi_private.py": ["pulumi.runtime.mocks.MockMonitor"],
 }
 
