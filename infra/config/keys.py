@@ -19,9 +19,10 @@ must still judge values that broke their own rule. A validation library would ne
 validator and a translated message for nearly every key; the kinds of :mod:`infra.config.kinds`
 are those validators, without the translation.
 
-The module is long (~470 lines) because it is one table of 64 entries, most of the lines being
-the keys' descriptions; it is kept in one piece so that the table reads top to bottom as
-``Pulumi.yaml`` does.
+The table itself is in two modules by what the keys configure (:mod:`infra.config.keys_cluster`:
+names and cluster, workers, checkpoint storage; :mod:`infra.config.keys_run`: the run, the
+trainer's flags, autoscaling, monitoring, the image), :class:`~infra.config.key.Key` and what
+both share in :mod:`infra.config.key`; here they become one mapping, in ``Pulumi.yaml``'s order.
 """
 
 from __future__ import annotations

@@ -206,6 +206,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
         Key(
             "monitoringChartVersion",
             Text(CHART_VERSION, "must be an exact chart version 'MAJOR.MINOR.PATCH'"),
+            # The tested release: tools/versions.env's chart snapshot, which make e2e installs.
             "88.6.1",
             "Exact kube-prometheus-stack chart version.",
         ),
@@ -228,7 +229,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
         Key(
             "monitoringAlertForMinutes",
             Whole(Interval(*ALERT_FOR_MINUTES)),
-            5,
+            5,  # infra.alerts.AlertThresholds' default: the production alerts' `for`
             "How long (minutes, {range}) a trainer alert's condition must hold before it fires "
             "(the rules' `for`; restart and resume counts fire at once).",
         ),
