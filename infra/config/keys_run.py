@@ -45,14 +45,14 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             "runId",
             Text(RUN_ID, f"must be {RUN_ID_RULE}"),
             "1",
-            "Identity of the training run (1-63 letters, digits, '-', '_' or '.', starting and "
-            "ending with a letter or digit: it names a directory and is a label value). Each "
-            "run has its own checkpoint directory (/checkpoints/<project>/<stack>/<runId> on "
-            "the claim, <checkpointUri>/<project>/<stack>/<runId> in a bucket) with its run "
-            "manifest and its own DONE. Keep it to resume or extend the run (a new image, more "
-            "epochs, another world size); change it to start a new run from step 0: pulumi "
-            "preview then shows the worker StatefulSet replaced. A new dataset under the same "
-            "runId is refused by the workers (exit 9, nothing written): it needs a new runId.",
+            f"Identity of the training run ({RUN_ID_RULE}: it names a directory and is a label "
+            "value). Each run has its own checkpoint directory "
+            "(/checkpoints/<project>/<stack>/<runId> on the claim, "
+            "<checkpointUri>/<project>/<stack>/<runId> in a bucket) with its run manifest and "
+            "its own DONE. Keep it to resume or extend the run (a new image, more epochs, "
+            "another world size); change it to start a new run from step 0: pulumi preview then "
+            "shows the worker StatefulSet replaced. A new dataset under the same runId is "
+            "refused by the workers (exit 9, nothing written): it needs a new runId.",
         ),
         Key(
             "onDone",

@@ -466,3 +466,35 @@ def test_default_providers_disabled_for_every_stack():
     for stack in ("dev", "prod"):
         values, _ = stack_config(stack)
         assert values["pulumi:disable-default-providers"] == '["kubernetes"]', stack
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        # No stand-in value is judged by a rule between keys: the key's own problem is the one.
+        ({P + "replicas": None}, "replicas"),  # not "must lie within [2, 3]; got 1"
+        ({P + "apiServerPorts": "[443, 0]"}, "apiServerPorts"),  # not "must list ... CIDRs"
+        ({P + "gpusPerWorker": "x", P + "collective": "nccl"}, "gpusPerWorker"),
+        ({P + "egressHttpsCidrs": "x", P + "dataset": "mnist"}, "egressHttpsCidrs"),
+        ({P + "cpuRequest": "0", P + "cpuLimit": "100m"}, "cpuRequest"),
+    ],
+)
+def test_a_value_without_a_type_is_one_problem(overrides, key):
+    values, secret_keys = stack_config("dev", overrides)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(values, secret_keys, {})
+    assert [p.split(": ", 1)[0] for p in caught.value.problems] == [P + key], caught.value
+
+
+@pytest.mark.parametrize(
+    ("key", "shown"),
+    [
+        ("replicas", "(1-1000)"),
+        ("collectiveTimeoutSeconds", "(0-86399)"),  # [0, 86400) in whole seconds
+        ("heartbeatTimeoutSeconds", "(1-86399)"),  # (0, 86400)
+        ("epochs", "(1-100000)"),
+        ("monitoringAlertForMinutes", "(minutes, 0-60)"),
+    ],
+)
+def test_descriptions_state_the_rule_of_their_key(key, shown):
+    assert shown in KEYS[key].description, KEYS[key].description
