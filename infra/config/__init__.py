@@ -59,7 +59,7 @@ from infra.config.model import (
 from infra.config.parse import MINIKUBE_CONTEXT, parse_config
 from infra.config.quantities import parse_quantity, scale_quantity
 from infra.config.reading import DISABLE_DEFAULT_PROVIDERS, DISABLED_PROVIDERS, RENAMED_KEYS
-from infra.config.runtime import _runtime_config, load_config
+from infra.config.runtime import load_config
 
 __all__ = [
     "ALERT_FOR_MINUTES",
@@ -88,7 +88,6 @@ __all__ = [
     "Toleration",
     "TrainingConfig",
     "WorkerConfig",
-    "_runtime_config",
     "default_of",
     "image_problems",
     "load_config",

@@ -11,8 +11,9 @@ from typing import Any
 import yaml
 
 from infra.config.errors import PROJECT
+from infra.config.kinds import PROJECT_DIR
 
-PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
+PROJECT_FILE = PROJECT_DIR / "Pulumi.yaml"
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Private Pulumi SDK imports stay where their reasons are written: ``tools/pulumi_private.py``
-(the renderer's) and ``infra.config._runtime_config`` (the program's one)."""
+(the renderer's) and ``infra.config.runtime._runtime_config`` (the program's one)."""
 
 from __future__ import annotations
 
@@ -51,5 +51,5 @@ def test_private_sdk_imports_only_where_their_reasons_are() -> None:
     }
     assert found == ALLOWED, (
         "a private Pulumi SDK import outside tools/pulumi_private.py (the renderer's, each with "
-        f"its reason) and infra.config._runtime_config (the program's one): {found}"
+        f"its reason) and infra.config.runtime._runtime_config (the program's one): {found}"
     )
