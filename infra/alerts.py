@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from infra.config import ALERT_FOR_MINUTES, ConfigError
+from infra.config import ALERT_FOR_MINUTES, ConfigError, default_of
 from trainer.contract import (
     METRIC_CHECKPOINT_SAVE_SECONDS,
     METRIC_CHECKPOINT_TIMESTAMP,
@@ -81,7 +81,7 @@ class AlertThresholds:
     restart_window_minutes: int = 60
     max_restarts: int = 3
     max_resumes: int = 3
-    for_minutes: int = 5
+    for_minutes: int = default_of("monitoringAlertForMinutes")
     checkpoint_save_max_seconds: int = 60
 
     def __post_init__(self) -> None:

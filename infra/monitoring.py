@@ -41,15 +41,17 @@ import pulumi_kubernetes as k8s
 
 from infra import alerts
 from infra.component import Component
+from infra.config import default_of
 from infra.dashboards import trainer as trainer_dashboard
 from trainer.contract import METRICS_PATH, METRICS_PORT_NAME
 
 CHART_NAME = "kube-prometheus-stack"
-CHART_REPO = "https://prometheus-community.github.io/helm-charts"
-"""The chart's public repository (``monitoringChartRepository``'s default)."""
-DEFAULT_CHART_VERSION = "88.6.1"
-"""The tested kube-prometheus-stack release: the one ``make e2e`` installs on a real node (its
-operator and image versions are in its Chart.yaml and values.yaml; docs/monitoring.md)."""
+CHART_REPO: str = default_of("monitoringChartRepository")
+"""The chart's public repository (``monitoringChartRepository``'s default, in the key table)."""
+DEFAULT_CHART_VERSION: str = default_of("monitoringChartVersion")
+"""The tested kube-prometheus-stack release (``monitoringChartVersion``'s default, in the key
+table): the one ``make e2e`` installs on a real node (its operator and image versions are in its
+Chart.yaml and values.yaml; docs/monitoring.md)."""
 
 RELEASE_NAME = "tfd-monitoring"
 """Helm release name, also the chart's ``fullnameOverride``: fixed so Service names are known

@@ -1,7 +1,8 @@
 """The command line of a generated document: write it, or ``--check`` that it is current.
 
-``docs/config-reference.md`` (from ``Pulumi.yaml``) and the worker rights table of
-``docs/infra.md`` (from the Role) are generated; their tests and CI run ``--check``.
+``Pulumi.yaml``'s ``config:`` block and ``docs/config-reference.md`` (from the key table in
+``infra/config/``) and the worker rights table of ``docs/infra.md`` (from the Role) are
+generated; their tests and CI run ``--check``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ else in ``tools/`` imports SDK internals. An SDK upgrade that changes one of the
 render tests (``tests/tools/test_render.py``, ``tests/infra``).
 
 The program has exactly one private use, kept in the program (``infra/`` must not import
-tooling): ``infra.config._runtime_config`` reads the whole config mapping (the unknown-key
+tooling): ``infra.config.runtime._runtime_config`` reads the whole config mapping (the unknown-key
 check), which ``pulumi.Config`` cannot list.
 """
 

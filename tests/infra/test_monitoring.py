@@ -24,7 +24,7 @@ from google.protobuf.json_format import MessageToDict
 from pulumi.runtime.mocks import MockMonitor, MockResourceArgs
 
 from infra import alerts, monitoring
-from infra.config import PROJECT, PROJECT_FILE, ConfigError, project_declarations
+from infra.config import PROJECT, PROJECT_FILE, ConfigError
 from infra.dashboards import trainer as dash
 from tools.render import Recorder, render_stack
 from trainer import contract
@@ -731,13 +731,9 @@ def test_release_and_rules_follow_the_repository_and_alert_settings(captured: Ca
 # --- The stack's monitoring settings (Pulumi.yaml keys), through the real program. ---
 
 
-def test_declared_defaults_are_the_components_defaults() -> None:
-    declared = project_declarations()
-    assert declared["monitoringChartRepository"].default == monitoring.CHART_REPO
-    assert declared["monitoringAlertForMinutes"].default == alerts.AlertThresholds().for_minutes
+def test_production_alerts_wait_five_minutes() -> None:
     # Production alerts keep their 5-minute `for`; only the e2e stack shortens it.
     assert alerts.AlertThresholds().for_minutes == 5, "the production default `for` changed"
-    assert declared["monitoringValuesFile"].default == ""
 
 
 def _render_prod(overrides: dict[str, Any]) -> dict[str, Any]:

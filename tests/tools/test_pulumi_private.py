@@ -1,5 +1,5 @@
 """Private Pulumi SDK imports stay where their reasons are written: ``tools/pulumi_private.py``
-(the renderer's) and ``infra.config._runtime_config`` (the program's one)."""
+(the renderer's) and ``infra.config.runtime._runtime_config`` (the program's one)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ PUBLIC = {"pulumi.runtime.rpc", "pulumi.automation", "pulumi.dynamic"}
 """SDK modules whose names without a leading ``_`` are public (``rpc`` is exported by
 ``pulumi.runtime``); every other ``pulumi.*`` module is internal."""
 ALLOWED = {
-    "infra/config.py": ["pulumi.runtime.config.CONFIG"],
+    "infra/config/runtime.py": ["pulumi.runtime.config.CONFIG"],
     "tools/pulumi_private.py": ["pulumi.runtime.mocks.MockMonitor"],
 }
 
@@ -51,5 +51,5 @@ def test_private_sdk_imports_only_where_their_reasons_are() -> None:
     }
     assert found == ALLOWED, (
         "a private Pulumi SDK import outside tools/pulumi_private.py (the renderer's, each with "
-        f"its reason) and infra.config._runtime_config (the program's one): {found}"
+        f"its reason) and infra.config.runtime._runtime_config (the program's one): {found}"
     )

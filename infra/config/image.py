@@ -1,0 +1,95 @@
+"""The rules of the trainer image settings, written once: :func:`infra.config.parse_config`
+reports them with every other problem, and ``infra/image.py`` refuses the same when called
+directly."""
+
+from __future__ import annotations
+
+import re
+
+from infra.config.errors import PROJECT
+from infra.config.model import ImageConfig
+
+# Docker reference grammar, simplified: a repository is lowercase path components; a registry
+# is a host with an optional port and path.
+_IMAGE_REPOSITORY = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+_IMAGE_REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+# A prebuilt image: [registry/]repository[:tag] and/or @sha256:<64 hex>.
+_IMAGE_REFERENCE = re.compile(
+    r"^(?P<name>([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*)"
+    r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+_IMAGE_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+
+
+def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
+    """Every rule the image settings break, one ``<key>: <rule>; got <value>`` line each.
+
+    The one definition of the image rules: :func:`parse_config` merges these into its problems
+    (so they stop a run before any resource exists) and :func:`infra.image.image_args` refuses
+    the same when called directly.
+
+    Args:
+        cfg: the image settings.
+        push: the image is pushed to ``cfg.registry`` (``clusterKind: cloud``): a registry is
+            then required, and a registry user and password go together.
+    """
+    problems: list[str] = []
+    if cfg.reference is not None:
+        return _reference_problems(cfg.reference, pinned=push)
+
+    def check(key: str, value: str | None, pattern: re.Pattern[str], rule: str) -> None:
+        if value is None or not pattern.match(value):
+            problems.append(f"{PROJECT}:{key}: must be {rule}; got {value!r}")
+
+    check(
+        "imageRepository", cfg.repository, _IMAGE_REPOSITORY, "a lowercase Docker repository path"
+    )
+    check("imageTag", cfg.tag, _IMAGE_TAG, "a Docker tag ([A-Za-z0-9_.-], at most 128)")
+    if cfg.tag == "latest":
+        problems.append(f"{PROJECT}:imageTag: must be a fixed version, not 'latest'; got 'latest'")
+    check("imagePlatform", cfg.platform, _IMAGE_PLATFORM, "'os/arch[/variant]', e.g. linux/arm64")
+    if not push:
+        return problems
+    if not cfg.registry:
+        problems.append(
+            f"{PROJECT}:imageRegistry: required when clusterKind is 'cloud' (images are pushed); "
+            f"got {cfg.registry or ''!r}"
+        )
+    else:
+        check("imageRegistry", cfg.registry, _IMAGE_REGISTRY, "a registry 'host[:port][/path]'")
+    has_user = bool(cfg.registry_username)
+    has_password = cfg.registry_password is not None
+    if has_user != has_password:
+        problems.append(
+            f"{PROJECT}:imageRegistryUsername/imageRegistryPassword: set both, or neither "
+            "to use the host's `docker login`; got "
+            f"username {'set' if has_user else 'unset'}, "
+            f"password {'set' if has_password else 'unset'}"
+        )
+    return problems
+
+
+def _reference_problems(reference: str, *, pinned: bool) -> list[str]:
+    """The rules of ``imageReference``: a Docker reference, never ``latest``, and pinned by
+    digest where ``pinned`` (cloud stacks, whose nodes pull from a registry)."""
+    key = f"{PROJECT}:imageReference"
+    match = _IMAGE_REFERENCE.match(reference)
+    if match is None:
+        return [
+            f"{key}: must be an image reference '[registry/]repo[:tag][@sha256:<64 hex>]'; "
+            f"got {reference!r}"
+        ]
+    if match["tag"] is None and match["digest"] is None:
+        return [
+            f"{key}: must name a tag or a digest (an untagged name means 'latest'); "
+            f"got {reference!r}"
+        ]
+    if match["tag"] == "latest":
+        return [f"{key}: must be a fixed version, not 'latest'; got {reference!r}"]
+    if pinned and match["digest"] is None:
+        return [
+            f"{key}: must be pinned by digest ('...@sha256:<64 hex>') when clusterKind is "
+            f"'cloud'; got {reference!r}"
+        ]
+    return []
