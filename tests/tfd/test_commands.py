@@ -1,0 +1,99 @@
+"""The commands' waiting, stopping and resuming against a fake cluster (tfd.commands)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import pytest
+
+from tests.tfd.builders import START, pod, progress, sts, worker_log
+from tfd import commands
+from tfd.errors import WaitTimeoutError
+from tfd.phase import STOP_ANNOTATION, Snapshot
+from tfd.view import StatusView
+
+
+class FakeCluster:
+    """Snapshots in order (the last one repeats), and a record of the writes."""
+
+    def __init__(self, *snapshots: Snapshot, live: dict | None = None) -> None:
+        self.snapshots = list(snapshots)
+        self.live = live
+        self.writes: list[tuple[str, Any]] = []
+
+    def snapshot(self, deploying: bool = False) -> Snapshot:
+        return self.snapshots.pop(0) if len(self.snapshots) > 1 else self.snapshots[0]
+
+    def statefulset(self) -> dict | None:
+        return self.live
+
+    def patch_annotations(self, annotations: dict) -> None:
+        self.writes.append(("annotate", annotations))
+
+    def scale(self, replicas: int) -> None:
+        self.writes.append(("scale", replicas))
+
+
+@pytest.fixture(autouse=True)
+def _no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commands, "POLL_S", 0)
+
+
+TRAINING = Snapshot(
+    sts(2),
+    [pod(0), pod(1)],
+    logs={0: worker_log(0, START, progress(10)), 1: worker_log(1, START, progress(10))},
+)
+
+
+def test_watch_ends_when_the_run_trains() -> None:
+    cluster = FakeCluster(Snapshot(sts(2, 0), [pod(0, unscheduled="0/2 nodes")]), TRAINING)
+    st = commands.watch(cluster, StatusView(True), lambda s: s.phase == "training", None)
+    assert st.phase == "training" and st.step == 10
+
+
+def test_watch_times_out_saying_where_the_run_is(capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = FakeCluster(Snapshot(sts(2, 0), [pod(0, unscheduled="0/2 nodes are available")]))
+    with pytest.raises(WaitTimeoutError, match="the run is pending: worker 0 not scheduled"):
+        commands.watch(cluster, StatusView(True), lambda s: s.terminal, 0.0)
+
+
+@pytest.mark.parametrize(("phase", "code"), [("done", 0), ("failed", 1), ("stopped", 4)])
+def test_the_outcome_of_a_watched_run_is_its_exit_code(phase: str, code: int) -> None:
+    assert commands.OUTCOME[phase] == code
+
+
+def test_resume_drops_the_mark_and_brings_the_workers_back() -> None:
+    stopped = sts(0, annotations={STOP_ANNOTATION: "2026-12-03T12:00:00+00:00"})
+    cluster = FakeCluster(TRAINING, live=stopped)
+    assert commands._resume(cluster, "r1", 2) is True
+    assert cluster.writes == [("annotate", {STOP_ANNOTATION: None}), ("scale", 2)]
+
+
+@pytest.mark.parametrize(
+    ("live", "run_id"),
+    [(sts(0), "r1"), (sts(0, annotations={STOP_ANNOTATION: "t"}), "r2"), (None, "r1")],
+    ids=["finished, not stopped", "another run", "no statefulset"],
+)
+def test_resume_leaves_everything_else_alone(live: dict | None, run_id: str) -> None:
+    cluster = FakeCluster(TRAINING, live=live)
+    assert commands._resume(cluster, run_id, 2) is False
+    assert cluster.writes == []
+
+
+def test_stop_marks_the_run_then_scales_it_to_zero(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = FakeCluster(TRAINING, live=sts(3))
+
+    class Handle:
+        name = "dev"
+
+    monkeypatch.setattr(commands, "_open", lambda args: (Handle(), cluster))
+    assert commands.stop(argparse.Namespace(json=False)) == 0
+    (first, mark), second = cluster.writes
+    assert first == "annotate" and set(mark) == {STOP_ANNOTATION} and second == ("scale", 0)
+    out = capsys.readouterr().out
+    assert out == ("stopped run r1 on stack dev: 3 -> 0 workers; checkpoints kept; resume "
+                   "with: tfd submit --stack dev --run-id r1\n")  # fmt: skip
