@@ -62,7 +62,7 @@ def prefixed(worker: int, text: str, as_json: bool, ts: tuple[float, int]) -> st
 
 def _started(pod: dict[str, Any]) -> bool:
     return any(
-        s.get("state", {}).get("running") or s.get("state", {}).get("terminated")
+        {"running", "terminated"} & set(s.get("state") or {})
         for s in (pod.get("status") or {}).get("containerStatuses") or []
     )
 

@@ -122,7 +122,7 @@ def _failure(pods: Sequence[Mapping[str, Any]], logs: Mapping[int, WorkerLog]) -
             if waiting.get("reason") in NEVER_STARTS:
                 return f"worker {n}: {waiting['reason']}: {waiting.get('message', '')}".strip()
             ended = _get(st, "state", "terminated") or _get(st, "lastState", "terminated")
-            if not ended or (_get(st, "state", "running") and st.get("ready")):
+            if not ended or ("running" in (st.get("state") or {}) and st.get("ready")):
                 continue
             code = ended.get("exitCode")
             if ended.get("reason") == "OOMKilled":
