@@ -29,6 +29,7 @@ from tfd.phase import (
     TRAINING,
     RunStatus,
     derive,
+    stop_mark,
 )
 from tfd.stack import ROOT, StackHandle
 from tfd.view import StatusView, print_json, status_lines
@@ -131,11 +132,16 @@ def stop(args: argparse.Namespace) -> int:
     before = int(sts["spec"].get("replicas") or 0)
     already = before == 0
     if not already:
-        # The mark first: a StatefulSet at zero without it reads as a finished run.
-        cluster.patch_annotations(
-            {STOP_ANNOTATION: datetime.now(UTC).isoformat(timespec="seconds")}
-        )
+        # The mark first (a StatefulSet at zero without one reads as a finished run), with the
+        # generation the scale gives the spec; corrected if something else changed it too.
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        generation = int(sts["metadata"].get("generation") or 0)
+        cluster.patch_annotations({STOP_ANNOTATION: stop_mark(at, generation + 1)})
         cluster.scale(0)
+        live = cluster.statefulset() or sts
+        if live["metadata"].get("generation") != generation + 1:
+            mark = stop_mark(at, int(live["metadata"].get("generation") or 0))
+            cluster.patch_annotations({STOP_ANNOTATION: mark})
     doc = {"stack": handle.name, "run_id": run_id, "workers_before": before, "stopped": not already}
     if args.json:
         print_json(doc)

@@ -23,6 +23,7 @@ The decision, first match wins (docs/commands.md lists it):
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -112,6 +113,27 @@ def ordinal(pod: Mapping[str, Any]) -> int:
 
 def _statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list(_get(pod, "status", "containerStatuses") or [])
+
+
+def stop_mark(at: str, generation: int) -> str:
+    """The value of :data:`STOP_ANNOTATION`: when, and the StatefulSet ``metadata.generation``
+    the scale to zero gave it."""
+    return json.dumps({"at": at, "generation": generation}, separators=(",", ":"))
+
+
+def stopped_at(sts: Mapping[str, Any]) -> str | None:
+    """When ``tfd stop`` stopped the run; ``None`` without a mark, or with a stale one: any
+    later change of the spec (``pulumi up`` bringing the workers back for a new target, the
+    chief's scale to zero when the run finished) moves the generation past the mark's."""
+    text = (_get(sts, "metadata", "annotations") or {}).get(STOP_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        mark = json.loads(text)
+        at, generation = str(mark["at"]), int(mark["generation"])
+    except (ValueError, TypeError, KeyError):
+        return str(text)  # not ours to judge: a mark set by hand
+    return at if generation == _get(sts, "metadata", "generation") else None
 
 
 def _failure(pods: Sequence[Mapping[str, Any]], logs: Mapping[int, WorkerLog]) -> str | None:
@@ -269,11 +291,12 @@ def derive(snap: Snapshot) -> RunStatus:
     states = {n: log.state() for n, log in snap.logs.items()}
     trained = any(s in (TRAINING, RESTARTING) for s in states.values()) or status.step is not None
     if desired == 0:
-        if STOP_ANNOTATION in annotations:
+        at = stopped_at(sts)
+        if at is not None:
             status.phase, status.reason = (
                 STOPPED,
                 (
-                    f"stopped by tfd stop at {annotations[STOP_ANNOTATION]}; checkpoints kept "
+                    f"stopped by tfd stop at {at}; checkpoints kept "
                     f"(tfd submit --run-id {status.run_id} resumes)"
                 ),
             )

@@ -27,11 +27,13 @@ def sts(
     ready: int | None = None,
     observed: int | None = None,
     annotations: dict[str, str] | None = None,
+    generation: int = 4,
 ) -> dict[str, Any]:
     notes = {"tf-distributed.io/run-id": "r1"}
     notes.update(annotations or {})
+    meta: dict[str, Any] = {"name": STS, "annotations": notes, "generation": generation}
     return {
-        "metadata": {"name": STS, "annotations": notes},
+        "metadata": meta,
         "spec": {"replicas": replicas},
         "status": {
             "replicas": replicas if observed is None else observed,

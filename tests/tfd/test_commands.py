@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from tests.tfd.builders import START, pod, progress, sts, worker_log
 from tfd import commands
 from tfd.errors import WaitTimeoutError
-from tfd.phase import STOP_ANNOTATION, Snapshot
+from tfd.phase import STOP_ANNOTATION, Snapshot, derive
 from tfd.view import StatusView
 
 
@@ -33,6 +34,9 @@ class FakeCluster:
 
     def scale(self, replicas: int) -> None:
         self.writes.append(("scale", replicas))
+        if self.live is not None:  # the API server: a new spec, a new generation
+            self.live["spec"]["replicas"] = replicas
+            self.live["metadata"]["generation"] += 1
 
 
 @pytest.fixture(autouse=True)
@@ -94,6 +98,9 @@ def test_stop_marks_the_run_then_scales_it_to_zero(
     assert commands.stop(argparse.Namespace(json=False)) == 0
     (first, mark), second = cluster.writes
     assert first == "annotate" and set(mark) == {STOP_ANNOTATION} and second == ("scale", 0)
+    assert json.loads(mark[STOP_ANNOTATION])["generation"] == 5  # sts(3) is at generation 4
+    cluster.live["metadata"]["annotations"].update(mark)
+    assert derive(Snapshot(cluster.live)).phase == "stopped"
     out = capsys.readouterr().out
     assert out == ("stopped run r1 on stack dev: 3 -> 0 workers; checkpoints kept; resume "
                    "with: tfd submit --stack dev --run-id r1\n")  # fmt: skip

@@ -6,7 +6,7 @@ import pytest
 
 from tests.tfd.builders import START, event, pod, progress, recorded, sts, worker_log
 from tfd.phase import STOP_ANNOTATION as STOPPED
-from tfd.phase import Snapshot, derive
+from tfd.phase import Snapshot, derive, stop_mark
 
 GPU = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint"
 TRAINING = {0: worker_log(0, START, progress(100)), 1: worker_log(1, START, progress(100))}
@@ -15,9 +15,13 @@ CASES = [
     # (id, snapshot, phase, words the reason must hold)
     ("no statefulset", Snapshot(None), "absent", "tfd submit"),
     ("no statefulset, up running", Snapshot(None, deploying=True), "deploying", "pulumi up"),
-    ("at zero, stopped by tfd", Snapshot(sts(0, annotations={STOPPED: "2026-12-03T12:00Z"})),
-     "stopped", "tfd submit --run-id r1 resumes"),
+    ("at zero, stopped by tfd", Snapshot(sts(0, annotations={STOPPED: stop_mark("t", 4)})),
+     "stopped", "stopped by tfd stop at t; checkpoints kept (tfd submit --run-id r1 resumes)"),
+    ("at zero, a mark set by hand", Snapshot(sts(0, annotations={STOPPED: "by me"})),
+     "stopped", "at by me"),
     ("at zero, no mark: the run scaled itself down", Snapshot(sts(0)), "done", "finished"),
+    ("at zero, a stale mark: the spec changed since the stop (workers back, run finished)",
+     Snapshot(sts(0, annotations={STOPPED: stop_mark("t", 2)})), "done", "finished"),
     ("unschedulable", Snapshot(sts(2, 0), [pod(0, unscheduled=GPU), pod(1, unscheduled=GPU)]),
      "pending", f"worker 0 not scheduled: {GPU}"),
     ("unschedulable, reason only in an event",
