@@ -160,7 +160,9 @@ def submit(args: argparse.Namespace) -> int:
 
     handle = _handle(args)
     timeout_s = _timeout(args)
-    current = handle.value("runId") or None
+    defaults = settings.project_values(handle.project_dir)
+    # The stack's run: its own runId, else Pulumi.yaml's default (what the program runs).
+    current = handle.value("runId") or defaults.get(settings.full_key("runId")) or None
     run_id = args.run_id or (current if args.continue_run else settings.new_run_id())
     if args.continue_run and current is None:
         raise UsageError(f"--continue: stack {handle.name} has no runId set yet")
@@ -170,7 +172,6 @@ def submit(args: argparse.Namespace) -> int:
         changes[settings.full_key("epochs")] = str(args.epochs)
     if args.image:
         changes[settings.full_key("imageReference")] = args.image
-    defaults = settings.project_values(handle.project_dir)
     raw, secret_keys = settings.merged(defaults, handle.config(), changes)
     cfg = settings.validate(raw, secret_keys, stack=handle.name)  # before anything changes
     view = StatusView(args.json)
@@ -186,13 +187,8 @@ def submit(args: argparse.Namespace) -> int:
         f"run {run_id} ({'continued' if run_id == current else 'new'}) on stack {handle.name}: "
         f"{cfg.training.epochs} epochs, {cfg.workers.replicas} workers",
     )
-    handle.set_config(
-        {
-            k: v
-            for k, v in changes.items()
-            if raw.get(k) != _text(handle, k) or k not in handle.config()
-        }
-    )
+    # Only what differs from the stack's own config is written to its settings file.
+    handle.set_config({k: v for k, v in changes.items() if _text(handle, k) != raw[k]})
     cluster = Cluster.connect(handle.access(), cfg.namespace, cfg.statefulset_name)
     _up(handle, cluster, view, args.json)
     resumed = _resume(cluster, run_id, cfg.workers.replicas)

@@ -7,12 +7,16 @@ import json
 from typing import Any
 
 import pytest
+from pulumi import automation as auto
 
 from tests.tfd.builders import START, pod, progress, sts, worker_log
+from tests.tfd.test_settings import ROOT, current
 from tfd import commands
-from tfd.errors import WaitTimeoutError
+from tfd.cli import build_parser
+from tfd.errors import UsageError, WaitTimeoutError
 from tfd.phase import STOP_ANNOTATION, Snapshot, derive
 from tfd.view import StatusView
+from trainer import contract
 
 
 class FakeCluster:
@@ -104,3 +108,74 @@ def test_stop_marks_the_run_then_scales_it_to_zero(
     out = capsys.readouterr().out
     assert out == ("stopped run r1 on stack dev: 3 -> 0 workers; checkpoints kept; resume "
                    "with: tfd submit --stack dev --run-id r1\n")  # fmt: skip
+
+
+class FakeHandle:
+    """A stack with the e2e stack file's config; records what submit changes and runs."""
+
+    name = "e2e"
+    project_dir = ROOT
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def config(self) -> dict:
+        return current("e2e", kubeconfig=auto.ConfigValue(value="k", secret=True))
+
+    def value(self, key: str) -> str:
+        entry = self.config().get(f"tf-distributed:{key}")
+        return "" if entry is None else entry.value
+
+    def set_config(self, changes: dict) -> None:
+        self.calls.append(("set_config", dict(changes)))
+
+    def up(self, on_output: Any, on_event: Any) -> object:
+        self.calls.append(("up", None))
+        return object()
+
+    def access(self) -> object:
+        return object()
+
+
+def submit_args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["submit", *argv])
+
+
+@pytest.fixture
+def stack(monkeypatch: pytest.MonkeyPatch) -> FakeHandle:
+    handle = FakeHandle()
+    monkeypatch.setattr(commands, "_handle", lambda args: handle)
+    monkeypatch.setattr(
+        commands.Cluster,
+        "connect",
+        classmethod(lambda cls, access, ns, name: FakeCluster(TRAINING)),
+    )
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nowhere")
+    return handle
+
+
+def test_submit_refuses_a_bad_setting_before_anything_changes(stack: FakeHandle) -> None:
+    with pytest.raises(UsageError, match="tf-distributed:batchSize: "):
+        commands.submit(submit_args("--set", "batchSize=0", "--epochs", "4"))
+    assert stack.calls == []
+
+
+def test_submit_sets_a_new_run_then_runs_up_then_waits_for_training(
+    stack: FakeHandle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert commands.submit(submit_args("--epochs", "4", "--set", "batchSize=32", "--json")) == 0
+    (what, changes), (ran, _) = stack.calls
+    assert (what, ran) == ("set_config", "up")
+    run_id = changes.pop("tf-distributed:runId")
+    assert run_id != "1" and contract.RUN_ID.match(run_id), run_id  # a new run by default
+    assert changes == {"tf-distributed:epochs": "4", "tf-distributed:batchSize": "32"}
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert docs[0] == {"event": "submit", "stack": "e2e", "run_id": run_id, "continues": False,
+                       "epochs": 4}  # fmt: skip
+    assert docs[-1]["phase"] == "training"
+
+
+def test_submit_continue_keeps_the_stacks_run(stack: FakeHandle) -> None:
+    assert commands.submit(submit_args("--continue")) == 0
+    changes = stack.calls[0][1]
+    assert changes.get("tf-distributed:runId", "1") == "1", changes
