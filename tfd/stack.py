@@ -51,14 +51,18 @@ class StackHandle:
         self.project_dir = project_dir
         try:
             workspace = auto.LocalWorkspace(work_dir=str(project_dir))
+            stacks = workspace.list_stacks()
+            current = next((s.name for s in stacks if s.current), None)
+            stack = stack or current
             if stack is None:
-                current = workspace.stack()
-                if current is None:
-                    raise UsageError(
-                        "no stack selected: pass --stack NAME (or pulumi stack select)"
-                    )
-                stack = current.name
-            self.stack = auto.select_stack(stack_name=stack, work_dir=str(project_dir))
+                raise UsageError("no stack selected: pass --stack NAME (or pulumi stack select)")
+            if stack not in {s.name for s in stacks}:
+                known = ", ".join(sorted(s.name for s in stacks)) or "none"
+                raise UsageError(f"--stack: no stack {stack!r} in this project (stacks: {known})")
+            self.stack = auto.Stack.select(stack, workspace)
+            if current is not None and current != stack:
+                # Selecting is the API's way to open a stack; the user's selection stays.
+                workspace.select_stack(current)
         except auto.StackNotFoundError:
             raise UsageError(f"--stack: no stack {stack!r} in this project's backend") from None
         except auto.CommandError as err:
