@@ -13,11 +13,13 @@ BENCH_ARGS ?=
 
 .PHONY: run test test-fast lint render bench bench-goodput clean promtool tools cluster-up cluster-down e2e
 
-$(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/trainer.txt
+$(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/trainer.txt \
+		requirements/cli.txt
 	@echo "installing the Python environment into $(VENV) (TensorFlow, Pulumi, test tools): a few minutes, once"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements/dev.txt
+	$(VENV)/bin/pip install --quiet --no-deps -e .  # the tfd command (.venv/bin/tfd)
 	$(VENV)/bin/pip check
 	touch $@
 

@@ -1,0 +1,181 @@
+"""The commands' waiting, stopping and resuming against a fake cluster (tfd.commands)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import pytest
+from pulumi import automation as auto
+
+from tests.tfd.builders import START, pod, progress, sts, worker_log
+from tests.tfd.test_settings import ROOT, current
+from tfd import commands
+from tfd.cli import build_parser
+from tfd.errors import UsageError, WaitTimeoutError
+from tfd.phase import STOP_ANNOTATION, Snapshot, derive
+from tfd.view import StatusView
+from trainer import contract
+
+
+class FakeCluster:
+    """Snapshots in order (the last one repeats), and a record of the writes."""
+
+    def __init__(self, *snapshots: Snapshot, live: dict | None = None) -> None:
+        self.snapshots = list(snapshots)
+        self.live = live
+        self.writes: list[tuple[str, Any]] = []
+
+    def snapshot(self, deploying: bool = False) -> Snapshot:
+        return self.snapshots.pop(0) if len(self.snapshots) > 1 else self.snapshots[0]
+
+    def statefulset(self) -> dict | None:
+        return self.live
+
+    def patch_annotations(self, annotations: dict) -> None:
+        self.writes.append(("annotate", annotations))
+
+    def scale(self, replicas: int) -> None:
+        self.writes.append(("scale", replicas))
+        if self.live is not None:  # the API server: a new spec, a new generation
+            self.live["spec"]["replicas"] = replicas
+            self.live["metadata"]["generation"] += 1
+
+
+@pytest.fixture(autouse=True)
+def _no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commands, "POLL_S", 0)
+
+
+TRAINING = Snapshot(
+    sts(2),
+    [pod(0), pod(1)],
+    logs={0: worker_log(0, START, progress(10)), 1: worker_log(1, START, progress(10))},
+)
+
+
+def test_watch_ends_when_the_run_trains() -> None:
+    cluster = FakeCluster(Snapshot(sts(2, 0), [pod(0, unscheduled="0/2 nodes")]), TRAINING)
+    st = commands.watch(cluster, StatusView(True), lambda s: s.phase == "training", None)
+    assert st.phase == "training" and st.step == 10
+
+
+def test_watch_times_out_saying_where_the_run_is(capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = FakeCluster(Snapshot(sts(2, 0), [pod(0, unscheduled="0/2 nodes are available")]))
+    with pytest.raises(WaitTimeoutError, match="the run is pending: worker 0 not scheduled"):
+        commands.watch(cluster, StatusView(True), lambda s: s.terminal, 0.0)
+
+
+@pytest.mark.parametrize(("phase", "code"), [("done", 0), ("failed", 1), ("stopped", 4)])
+def test_the_outcome_of_a_watched_run_is_its_exit_code(phase: str, code: int) -> None:
+    assert commands.OUTCOME[phase] == code
+
+
+def test_resume_drops_the_mark_and_brings_the_workers_back() -> None:
+    stopped = sts(0, annotations={STOP_ANNOTATION: "2026-12-03T12:00:00+00:00"})
+    cluster = FakeCluster(TRAINING, live=stopped)
+    assert commands._resume(cluster, "r1", 2) is True
+    assert cluster.writes == [("annotate", {STOP_ANNOTATION: None}), ("scale", 2)]
+
+
+@pytest.mark.parametrize(
+    ("live", "run_id"),
+    [(sts(0), "r1"), (sts(0, annotations={STOP_ANNOTATION: "t"}), "r2"), (None, "r1")],
+    ids=["finished, not stopped", "another run", "no statefulset"],
+)
+def test_resume_leaves_everything_else_alone(live: dict | None, run_id: str) -> None:
+    cluster = FakeCluster(TRAINING, live=live)
+    assert commands._resume(cluster, run_id, 2) is False
+    assert cluster.writes == []
+
+
+def test_stop_marks_the_run_then_scales_it_to_zero(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = FakeCluster(TRAINING, live=sts(3))
+
+    class Handle:
+        name = "dev"
+
+    monkeypatch.setattr(commands, "_open", lambda args: (Handle(), cluster))
+    assert commands.stop(argparse.Namespace(json=False)) == 0
+    (first, mark), second = cluster.writes
+    assert first == "annotate" and set(mark) == {STOP_ANNOTATION} and second == ("scale", 0)
+    assert json.loads(mark[STOP_ANNOTATION])["generation"] == 5  # sts(3) is at generation 4
+    cluster.live["metadata"]["annotations"].update(mark)
+    assert derive(Snapshot(cluster.live)).phase == "stopped"
+    out = capsys.readouterr().out
+    assert out == ("stopped run r1 on stack dev: 3 -> 0 workers; checkpoints kept; resume "
+                   "with: tfd submit --stack dev --run-id r1\n")  # fmt: skip
+
+
+class FakeHandle:
+    """A stack with the e2e stack file's config; records what submit changes and runs."""
+
+    name = "e2e"
+    project_dir = ROOT
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def config(self) -> dict:
+        return current("e2e", kubeconfig=auto.ConfigValue(value="k", secret=True))
+
+    def value(self, key: str) -> str:
+        entry = self.config().get(f"tf-distributed:{key}")
+        return "" if entry is None else entry.value
+
+    def set_config(self, changes: dict) -> None:
+        self.calls.append(("set_config", dict(changes)))
+
+    def up(self, on_output: Any, on_event: Any) -> object:
+        self.calls.append(("up", None))
+        return object()
+
+    def access(self) -> object:
+        return object()
+
+
+def submit_args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["submit", *argv])
+
+
+@pytest.fixture
+def stack(monkeypatch: pytest.MonkeyPatch) -> FakeHandle:
+    handle = FakeHandle()
+    monkeypatch.setattr(commands, "_handle", lambda args: handle)
+    monkeypatch.setattr(
+        commands.Cluster,
+        "connect",
+        classmethod(lambda cls, access, ns, name: FakeCluster(TRAINING)),
+    )
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nowhere")
+    return handle
+
+
+def test_submit_refuses_a_bad_setting_before_anything_changes(stack: FakeHandle) -> None:
+    with pytest.raises(UsageError, match="tf-distributed:batchSize: "):
+        commands.submit(submit_args("--set", "batchSize=0", "--epochs", "4"))
+    assert stack.calls == []
+
+
+def test_submit_sets_a_new_run_then_runs_up_then_waits_for_training(
+    stack: FakeHandle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert commands.submit(submit_args("--epochs", "4", "--set", "batchSize=32", "--json")) == 0
+    (what, changes), (ran, _) = stack.calls
+    assert (what, ran) == ("set_config", "up")
+    run_id = changes.pop("tf-distributed:runId")
+    assert run_id != "1" and contract.RUN_ID.match(run_id), run_id  # a new run by default
+    assert changes == {"tf-distributed:epochs": "4", "tf-distributed:batchSize": "32"}
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert docs[0] == {"event": "submit", "stack": "e2e", "run_id": run_id, "continues": False,
+                       "epochs": 4}  # fmt: skip
+    assert docs[-1]["phase"] == "training"
+
+
+def test_submit_continue_keeps_the_stacks_run(stack: FakeHandle) -> None:
+    assert commands.submit(submit_args("--continue")) == 0
+    changes = stack.calls[0][1]
+    assert changes.get("tf-distributed:runId", "1") == "1", changes

@@ -1,0 +1,61 @@
+"""``logs -f`` across a container restart and a recreated pod (tfd.follow.Follower), on a
+fake cluster whose log streams end the way the API server's do when a container ends."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.tfd.builders import pod, sts
+from tfd import follow
+
+
+class RestartingCluster:
+    """Worker 0's log: one stream, then (after its container restarts) a second one that also
+    returns the last line of the first (``sinceSeconds`` is coarse), then nothing new."""
+
+    namespace = "ns"
+    name = "tfd-worker"
+
+    def __init__(self) -> None:
+        self.streams = [
+            ["2026-12-03T12:00:00.1Z line a", "2026-12-03T12:00:00.2Z line b"],
+            ["2026-12-03T12:00:00.2Z line b", "2026-12-03T12:00:05.5Z line c after restart"],
+        ]
+        self.since: list[int | None] = []
+        self.done = threading.Event()
+
+    def statefulset(self) -> dict:
+        return sts(1)
+
+    def pods(self, live: dict) -> list[dict]:
+        return [pod(0)]
+
+    def stream(self, name: str, since_s: int | None, stop: Callable[[], bool]) -> Iterator[str]:
+        self.since.append(since_s)
+        if not self.streams:
+            self.done.set()
+            return iter(())
+        return iter(self.streams.pop(0))
+
+
+@pytest.fixture(autouse=True)
+def _fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(follow, "POLL_S", 0.05)
+    monkeypatch.setattr(follow, "wait", lambda s, stop: None)
+
+
+def test_follow_prints_each_line_once_across_a_restart() -> None:
+    cluster = RestartingCluster()
+    lines: list[str] = []
+    follower = follow.Follower(cluster, lines.append, worker=None, since_s=600, as_json=False)
+    runner = threading.Thread(target=follower.run, daemon=True)
+    runner.start()
+    assert cluster.done.wait(10), "the follower did not reopen the stream"
+    follower.stopped.set()
+    runner.join(10)
+    assert lines == ["[worker 0] line a", "[worker 0] line b", "[worker 0] line c after restart"]
+    assert cluster.since[0] == 600  # --since for the first stream, then from the last line
+    assert all(s is not None and s >= 1 for s in cluster.since[1:]), cluster.since

@@ -1,0 +1,126 @@
+"""The phase decision table (tfd.phase): one row per rule, from built and recorded objects."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tfd.builders import START, event, pod, progress, recorded, sts, worker_log
+from tfd.phase import STOP_ANNOTATION as STOPPED
+from tfd.phase import Snapshot, derive, stop_mark
+
+GPU = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint"
+TRAINING = {0: worker_log(0, START, progress(100)), 1: worker_log(1, START, progress(100))}
+
+CASES = [
+    # (id, snapshot, phase, words the reason must hold)
+    ("no statefulset", Snapshot(None), "absent", "tfd submit"),
+    ("no statefulset, up running", Snapshot(None, deploying=True), "deploying", "pulumi up"),
+    ("at zero, stopped by tfd", Snapshot(sts(0, annotations={STOPPED: stop_mark("t", 4)})),
+     "stopped", "stopped by tfd stop at t; checkpoints kept (tfd submit --run-id r1 resumes)"),
+    ("at zero, a mark set by hand", Snapshot(sts(0, annotations={STOPPED: "by me"})),
+     "stopped", "at by me"),
+    ("at zero, no mark: the run scaled itself down", Snapshot(sts(0)), "done", "finished"),
+    ("at zero, a stale mark: the spec changed since the stop (workers back, run finished)",
+     Snapshot(sts(0, annotations={STOPPED: stop_mark("t", 2)})), "done", "finished"),
+    ("unschedulable", Snapshot(sts(2, 0), [pod(0, unscheduled=GPU), pod(1, unscheduled=GPU)]),
+     "pending", f"worker 0 not scheduled: {GPU}"),
+    ("unschedulable, reason only in an event",
+     Snapshot(sts(2, 0), [pod(0, unscheduled=""), pod(1)],
+              [event("tfd-worker-0", "FailedScheduling", GPU)]), "pending", GPU),
+    ("fewer pods than asked: the controller's reason",
+     Snapshot(sts(2, 0, observed=0), [],
+              [event("tfd-worker", "FailedCreate", "exceeded quota: tfd-quota")]),
+     "pending", "0/2 worker pods exist: exceeded quota"),
+    ("pulling the image", Snapshot(sts(2, 0), [pod(0, phase="Pending", ready=False,
+                                   waiting="ImagePullBackOff", message="back-off pulling")]),
+     "pending", "worker 0 starting: ImagePullBackOff: back-off pulling"),
+    ("trainer error, in crash loop", Snapshot(
+        sts(2, 1), [pod(0), pod(1, ready=False, waiting="CrashLoopBackOff", last_exit=9)],
+        logs={1: worker_log(1, previous=("trainer: error: run 'r1' was started with other "
+                                         "settings",))}),
+     "failed", "worker 1 exited 9: run 'r1' was started with other settings"),
+    ("out of memory", Snapshot(sts(2, 1), [pod(0), pod(1, ready=False, last_exit=137,
+                                                    last_reason="OOMKilled")]),
+     "failed", "out of memory"),
+    ("image never pulled", Snapshot(sts(2, 0), [pod(0, phase="Pending", ready=False,
+                                    waiting="ErrImageNeverPull", message="not present")]),
+     "failed", "worker 0: ErrImageNeverPull: not present"),
+    ("training", Snapshot(sts(2), [pod(0), pod(1)], logs=TRAINING), "training", ""),
+    ("a worker killed (kill -9), its container restarting",
+     Snapshot(sts(2, 1), [pod(0), pod(1, ready=False, last_exit=137, restarts=1)], logs=TRAINING),
+     "restarting", "worker 1's container exited 137"),
+    ("a peer lost: the survivor stopped and its supervisor restarts it",
+     Snapshot(sts(2), [pod(0), pod(1)], logs={
+         0: worker_log(0, START, progress(100), ("stop", {"step": 100, "reason": "a peer asked"}),
+                       ("restart", {"code": 75, "restarts": 1, "pause_s": 1})),
+         1: worker_log(1, START, progress(100))}),
+     "restarting", "worker 0: restart (exit 75)"),
+    ("the world size changed: workers stop to restart together",
+     Snapshot(sts(3, 2, observed=2), [pod(0), pod(1)], logs={
+         0: worker_log(0, START, progress(120),
+                       ("stop", {"step": 120, "reason": "world size changed"})),
+         1: worker_log(1, START, progress(120))}),
+     "restarting", "world size changed"),
+    ("more workers asked for, the new one not there yet", Snapshot(
+        sts(3, 2, observed=2), [pod(0), pod(1)], logs=TRAINING), "resizing", "2 -> 3 workers"),
+    ("done, workers kept (onDone idle)", Snapshot(sts(2), [pod(0), pod(1)], logs={
+        0: worker_log(0, START, progress(300), ("done", {"step": 300})),
+        1: worker_log(1, START, progress(300), ("idle", {"reason": "training complete"}))}),
+     "done", "onDone idle"),
+    ("one worker not ready yet", Snapshot(sts(2, 1), [pod(0), pod(1, ready=False)]),
+     "forming", "1/2 workers ready"),
+    ("ready, the cluster forming", Snapshot(sts(2), [pod(0), pod(1)], logs={
+        0: worker_log(0, ("forming", {"workers": 2})), 1: worker_log(1)}),
+     "forming", "no training step logged yet"),
+    ("an up running over live workers", Snapshot(sts(2), [pod(0), pod(1)], logs=TRAINING,
+                                                 deploying=True), "deploying", "pulumi up"),
+    ("a terminating pod is not counted", Snapshot(
+        sts(2), [pod(0), pod(1), pod(2, deleting=True, unscheduled=GPU)], logs=TRAINING),
+     "training", ""),
+    ("recorded on kwok: 9 GPUs asked per worker, 8 on the GPU node",
+     recorded("kwok-pending-gpu.json"), "pending",
+     "worker 0 not scheduled: 0/2 nodes are available: 1 Insufficient nvidia.com/gpu"),
+    ("recorded on kwok: Ready pods that log nothing", recorded("kwok-ready-no-logs.json"),
+     "forming", "no training step logged yet"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("snapshot", "phase", "words"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])  # fmt: skip
+def test_the_phase_and_its_reason(snapshot: Snapshot, phase: str, words: str) -> None:
+    status = derive(snapshot)
+    assert status.phase == phase, f"{status.phase}: {status.reason}"
+    assert words in status.reason, status.reason
+
+
+def test_progress_eta_and_workers_while_training() -> None:
+    status = derive(Snapshot(sts(2), [pod(0), pod(1)], logs=TRAINING))
+    assert (status.step, status.total_steps, status.epoch) == (100, 300, 1)
+    assert (status.loss, status.accuracy, status.examples_per_sec) == (0.5, 0.9, 640.0)
+    # 200 steps left x 128 examples per step / 640 examples/s.
+    assert status.eta_s == 40.0
+    assert (status.workers_ready, status.workers_desired, status.run_id) == (2, 2, "r1")
+
+
+def test_restarts_count_the_kubelets_and_the_supervisors() -> None:
+    logs = {0: worker_log(0, START, ("restart", {"code": 76, "restarts": 1}),
+                          ("restart", {"code": 76, "restarts": 2}), progress(10))}  # fmt: skip
+    status = derive(Snapshot(sts(2), [pod(0), pod(1, restarts=3)], logs=logs))
+    assert status.restarts == 5  # 3 container restarts + 2 in-place restarts
+
+
+def test_the_last_events_merge_cluster_events_and_log_events_in_time_order() -> None:
+    logs = {0: worker_log(0, START, progress(10))}
+    logs[0].records[0]["ts"] = 1e10  # after the cluster event below
+    status = derive(Snapshot(sts(2), [pod(0)],
+                             [event("tfd-worker-1", "Killing", "stopping container trainer"),
+                              event("other-pod", "Killing", "not this run's")], logs))  # fmt: skip
+    assert status.events == ["tfd-worker-1: Killing: stopping container trainer",
+                             "worker 0: start from step 0"], status.events  # fmt: skip
+
+
+def test_json_holds_every_field() -> None:
+    doc = derive(Snapshot(sts(2), [pod(0), pod(1)], logs=TRAINING)).to_json()
+    assert set(doc) == {"phase", "reason", "run_id", "workers_ready", "workers_desired",
+                        "restarts", "step", "total_steps", "epoch", "loss", "accuracy",
+                        "examples_per_sec", "eta_s", "events"}  # fmt: skip
