@@ -19,7 +19,9 @@ $(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/tra
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements/dev.txt
-	$(VENV)/bin/pip install --quiet --no-deps -e .  # the tfd command (.venv/bin/tfd)
+# the tfd command (.venv/bin/tfd); setuptools warns on every editable install that a folder
+# named like a package takes precedence, which is the point here
+	PYTHONWARNINGS=ignore $(VENV)/bin/pip install --quiet --no-deps -e .
 	$(VENV)/bin/pip check
 	touch $@
 
