@@ -14,6 +14,7 @@ training would.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -101,13 +102,16 @@ def plan(config: Config, num_examples: int, replicas_per_worker: int, num_worker
             f"{schedule.global_batch} (--batch-size {config.batch_size} x {schedule.replicas} "
             "replicas)"
         )
-    return Schedule(**{**vars(schedule), "steps_per_epoch": spe})
+    return dataclasses.replace(schedule, steps_per_epoch=spe)
 
 
 class Steps(Protocol):
     """What the controller needs of the task (:class:`trainer.task.Task`)."""
 
-    evaluates: bool
+    @property
+    def evaluates(self) -> bool:
+        """The run has evaluation data: :meth:`evaluate` after every epoch."""
+        ...
 
     def train(self, steps: int, flags: Sequence[bool]) -> Sequence[float]:
         """Run ``steps`` steps; returns the all-reduced ``(loss sum, hits, count, non-finite
