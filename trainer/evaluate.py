@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.errors import DataError
 
-if TYPE_CHECKING:  # trainer.data imports TensorFlow: not at import time (see trainer.train)
+if TYPE_CHECKING:  # trainer.data imports TensorFlow: not at import time (trainer.lifecycle)
     from trainer.data import Source
 
 

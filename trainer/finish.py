@@ -9,41 +9,44 @@ import hashlib
 import json
 import math
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from trainer import contract, runs
+from trainer import runs
 from trainer.checkpoints import first_line, join, write_error, write_text
+from trainer.context import WorkerContext
 from trainer.errors import CheckpointError, DataError, PeerLostError
-
-if TYPE_CHECKING:
-    from trainer.train import Worker
+from trainer.summaries import Summaries
 
 MODEL_FILE = "model.keras"
 SUMMARY_FILE = "summary.json"
 
 
 def finish(
-    worker: Worker,
+    ctx: WorkerContext,
+    summaries: Summaries,
     strategy: Any,
     net: Any,
     figures: tuple[Any, Any],
+    evaluates: bool,
+    precision: str,
     record: runs.DoneRecord,
     rate: float,
     temp_dir: str,
 ) -> None:
     """The final model, ``summary.json`` and ``DONE`` (chief), then a last all-reduce so no
-    worker leaves while the chief is still writing."""
+    worker leaves while the chief is still writing. ``figures``: the variables of the last
+    epoch's and the last evaluation's (loss, accuracy); ``evaluates``: the run evaluates."""
     import tensorflow as tf
 
     step = record.final_step
-    run_id = contract.run_id_from_env(worker.env)
+    run_id = ctx.run_id
     last_metrics, last_eval = figures
     loss, acc = (float(v) for v in last_metrics.numpy())
     eval_loss, eval_acc = (float(v) for v in last_eval.numpy())
-    evaluated = worker.evaluate is not None and eval_loss >= 0
+    evaluated = evaluates and eval_loss >= 0
     digest = weights_digest(net)
-    worker.summaries.flush()
-    worker.log.event(
+    summaries.flush()
+    ctx.log.event(
         "trained",
         step=step,
         loss=loss,
@@ -51,10 +54,10 @@ def finish(
         examples_per_sec=round(rate, 1),
         weights_sha256=digest,
     )
-    if worker.is_chief:
-        if worker.guard is not None:  # another chief took the run over: write nothing more
-            worker.guard.verify()
-        model_path = join(worker.root, MODEL_FILE)
+    if ctx.is_chief:
+        if ctx.guard is not None:  # another chief took the run over: write nothing more
+            ctx.guard.verify()
+        model_path = join(ctx.root, MODEL_FILE)
         try:
             net.save(model_path)
         except (tf.errors.OpError, OSError) as err:
@@ -65,7 +68,7 @@ def finish(
             ) from None
         summary = {
             "run_id": run_id,
-            "workers": worker.spec.num_workers,
+            "workers": ctx.spec.num_workers,
             "final_step": step,
             "loss": loss,
             "accuracy": acc,
@@ -76,17 +79,17 @@ def finish(
             "num_classes": int(net.output_shape[-1]),
             "weights_sha256": digest,
             "model": model_path,
-            "precision": worker.precision,
-            "jit": worker.config.jit,
+            "precision": precision,
+            "jit": ctx.config.jit,
             "epochs": record.epochs,
             "steps_per_epoch": record.steps_per_epoch,
             "global_batch": record.global_batch,
         }
         try:
-            write_text(join(worker.root, SUMMARY_FILE), summary_text(summary))
-            runs.write_done(worker.root, dataclasses.replace(record, run_id=run_id))
+            write_text(join(ctx.root, SUMMARY_FILE), summary_text(summary))
+            runs.write_done(ctx.root, dataclasses.replace(record, run_id=run_id))
         except (tf.errors.OpError, OSError) as err:
-            raise write_error(err, worker.root, f"{SUMMARY_FILE} and DONE") from None
+            raise write_error(err, ctx.root, f"{SUMMARY_FILE} and DONE") from None
     if temp_dir:
         shutil.rmtree(temp_dir, ignore_errors=True)
     # Nobody leaves before the chief has written DONE: a worker that exits early would look
@@ -94,8 +97,8 @@ def finish(
     try:
         barrier(strategy)
     except tf.errors.OpError as err:
-        raise classify(err, worker.spec.num_workers) from None
-    worker.log.event("done", step=step, checkpoint_dir=worker.root)
+        raise classify(err, ctx.spec.num_workers) from None
+    ctx.log.event("done", step=step, checkpoint_dir=ctx.root)
 
 
 def summary_text(summary: dict[str, Any]) -> str:

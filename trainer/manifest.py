@@ -108,7 +108,7 @@ def dataset_fingerprint(
 
 def eval_fingerprint(config: Config, recorded: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What identifies ``--eval-dataset``, as :func:`dataset_fingerprint` does the training
-    data (a synthetic one is drawn with ``seed + 1``, as ``trainer.train`` loads it); without
+    data (a synthetic one is drawn with ``seed + 1``, as ``trainer.task.sources`` loads it); without
     one, ``{"spec": ""}``. Its figures are the run's reported evaluation result.
 
     Raises:

@@ -40,6 +40,18 @@ chief's coordination service. TensorFlow holds Python's GIL while it waits: no p
 and no signal handled, so this stays below what the liveness probe tolerates (3 x 10 s)."""
 
 
+def replicas_per_worker(config: Config, num_workers: int, gpus: int) -> int:
+    """The replicas :func:`strategy` places on each worker with ``gpus`` local GPUs (the table
+    above), without building it: ``--input-only`` iterates the same per-replica batches."""
+    if num_workers == 1 and config.strategy != "multi-worker":
+        if gpus > 1:
+            return gpus
+        if not gpus and config.cpu_devices > 1:
+            return config.cpu_devices
+        return 1
+    return max(gpus, 1)  # MultiWorkerMirroredStrategy: every local GPU, or the CPU
+
+
 def strategy(config: Config, spec: contract.ClusterSpec, log: Log, stop: StopSignal) -> Any:
     """The strategy for this pod; forms the cluster when there are several workers.
 

@@ -1,5 +1,6 @@
 """Restoring a checkpoint: the step is converted when the global batch changed, and checkpoints
-saved before the global batch was recorded still restore."""
+saved before the global batch was recorded still restore; the controller's loop stops a
+diverged run before any save."""
 
 from __future__ import annotations
 
@@ -10,17 +11,19 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.messages import PEER_LOST, PEER_LOST_LINE
-from trainer import checkpoints, contract, errors, finish, signals, train
+from trainer import checkpoints, contract, errors, finish, signals
 from trainer.cli import Config
+from trainer.context import WorkerContext
+from trainer.controller import Controller, Schedule
 from trainer.local_cluster import worker_envs
 from trainer.logs import Log
 from trainer.metrics import Metrics
 
 
-def _worker(root: Path, config: Config | None = None) -> tuple[train.Worker, io.StringIO]:
+def _worker(root: Path, config: Config | None = None) -> tuple[WorkerContext, io.StringIO]:
     env = worker_envs(1, str(root))[0]
     stream = io.StringIO()
-    worker = train.Worker(
+    worker = WorkerContext(
         config or Config(),
         env,
         contract.cluster_spec_from_env(env),
@@ -30,6 +33,17 @@ def _worker(root: Path, config: Config | None = None) -> tuple[train.Worker, io.
         signals.StopSignal(),
     )
     return worker, stream
+
+
+def _restore(
+    worker: WorkerContext, tracked: dict[str, object], step_var: object, batch_var: object,
+    total: int,
+) -> int:  # fmt: skip
+    """The step a task's restore (:func:`trainer.checkpoints.restore`) starts at."""
+    step, _ = checkpoints.restore(
+        worker.root, tracked, step_var, batch_var, total, worker.config, worker.log, worker.metrics
+    )
+    return step
 
 
 @pytest.mark.parametrize(
@@ -65,7 +79,7 @@ def test_restore_converts_step_to_global_batch(
     step_var = tf.Variable(0, dtype=tf.int64)
     batch_var = tf.Variable(global_batch, dtype=tf.int64)
     worker, log = _worker(tmp_path)
-    got = worker._restore({"w": weights, "step": step_var}, step_var, batch_var, total)
+    got = _restore(worker, {"w": weights, "step": step_var}, step_var, batch_var, total)
 
     assert got == start
     assert weights.numpy().tolist() == [1.0, 2.0], "weights not restored"
@@ -89,7 +103,7 @@ def test_no_checkpoint_starts_at_zero(tmp_path: Path):
 
     step_var, batch_var = tf.Variable(0, dtype=tf.int64), tf.Variable(64, dtype=tf.int64)
     worker, log = _worker(tmp_path)
-    assert worker._restore({"step": step_var}, step_var, batch_var, 96) == 0
+    assert _restore(worker, {"step": step_var}, step_var, batch_var, 96) == 0
     assert log.getvalue() == ""
 
 
@@ -145,8 +159,8 @@ def test_resize_keeps_optimizer_step_and_learning_rate(
     batch_var = tf.Variable(now, dtype=tf.int64)
     config = Config(batch_size=32, **flags)
     worker, log = _worker(tmp_path, config)
-    start = worker._restore(
-        {"model": net, "optimizer": opt, "step": step_var}, step_var, batch_var, 1000
+    start = _restore(
+        worker, {"model": net, "optimizer": opt, "step": step_var}, step_var, batch_var, 1000
     )
     step, lr = expected
     assert start == step, f"{flags}: resumed at {start}, expected {step}"
@@ -198,9 +212,11 @@ def test_classify(name: str, workers: int, expected: str, line: str):
 
 
 class _Calls:
-    """A training call's stand-in: ``(loss sum, hits, count, non-finite weights, stop votes,
-    rollout votes)`` per call; call ``bad_at`` (1-based) has a NaN loss or, with
+    """A task's stand-in: its training call returns ``(loss sum, hits, count, non-finite
+    weights, stop votes, rollout votes)``; call ``bad_at`` (1-based) has a NaN loss or, with
     ``weights_only``, a finite loss but NaN weights (a ReLU hides them from the loss)."""
+
+    evaluates = False
 
     def __init__(self, bad_at: int, weights_only: bool, stop_at_bad: bool) -> None:
         self.n, self.bad_at, self.weights_only, self.stop_at_bad = (
@@ -210,15 +226,19 @@ class _Calls:
             stop_at_bad,
         )
 
-    def __call__(self, steps: object, flags: object) -> object:
-        import tensorflow as tf
-
+    def train(self, steps: int, flags: object) -> list[float]:
         self.n += 1
         bad = self.n == self.bad_at
         loss = float("nan") if bad and not self.weights_only else 256.0
         broken = 3.0 if bad and self.weights_only else 0.0
         stop = 1.0 if bad and self.stop_at_bad else 0.0
-        return tf.constant([loss, 64.0, 128.0, broken, stop, 0.0])
+        return [loss, 64.0, 128.0, broken, stop, 0.0]
+
+    def end_epoch(self, loss: float, accuracy: float) -> None:
+        pass
+
+    def evaluate(self) -> tuple[float, float]:
+        raise AssertionError("no evaluation data")
 
 
 @pytest.mark.parametrize(
@@ -241,8 +261,12 @@ def test_non_finite_training_stops_before_any_save(
     step_var = tf.Variable(0, dtype=tf.int64)
     manager, _ = checkpoints.manager(tf.train.Checkpoint(step=step_var), str(tmp_path), True, 0)
     calls = _Calls(bad_at, weights_only, stop_at_bad)
+    # 6 steps of a global batch of 64 in one epoch, saves every 2 steps, 2 steps per call.
+    schedule = Schedule(64, 1, 1, steps_per_epoch=6, epochs=1, steps_per_call=2,
+                        checkpoint_every=2)  # fmt: skip
+    controller = Controller(worker, schedule, manager, step_var, "")
     with pytest.raises(errors.DivergedError) as info:
-        worker._loop(calls, manager, "", step_var, tf.Variable([0.0, 0.0]), 0, 6, 6, 64)
+        controller.train(calls, 0)
     assert info.value.exit_code == errors.EXIT_DIVERGED == 8
     first = 2 * bad_at - 1
     assert str(info.value) == (
@@ -264,7 +288,8 @@ def test_importing_the_trainer_does_not_load_tensorflow():
     import sys
 
     code = (
-        "import sys, trainer.cli, trainer.train, trainer.lifecycle, trainer.supervisor; "
+        "import sys, trainer.cli, trainer.train, trainer.task, trainer.controller, "
+        "trainer.input_only, trainer.lifecycle, trainer.supervisor; "
         "print(sorted({'tensorflow', 'numpy'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
