@@ -98,6 +98,7 @@ def _warm() -> None:
     import trainer.data  # noqa: F401
     import trainer.lifecycle  # noqa: F401
     import trainer.model  # noqa: F401
+    import trainer.train  # noqa: F401 - the task and the controller come with it
 
 
 def adopt(line: str, environ: MutableMapping[str, str]) -> list[str]:
