@@ -20,6 +20,7 @@ from infra.labels import Identity, selector_labels, standard_labels
 from infra.namespace import TrainingNamespace, TrainingNamespaceArgs
 from infra.network import NetworkPolicies, NetworkPoliciesArgs
 from infra.pod import CONTAINER_NAME
+from infra.provenance import source_commit
 from infra.workers import Workers, WorkersArgs, max_replicas
 from trainer import contract
 
@@ -49,6 +50,9 @@ class StackOutputs:
         worker_addresses: ``host:port`` of every worker at the configured replica count.
         logs_command: a ``kubectl`` command that follows every worker's log.
         image: the container image reference the workers run (built, or ``imageReference``).
+        image_digest: its ``sha256:`` digest (``""`` for a prebuilt reference by tag only).
+        source_commit: the program's git commit (``""`` outside a checkout).
+        config_hash: the SHA-256 of the effective configuration (``infra.provenance``).
         monitoring: the monitoring component (monitoring enabled), whose outputs are exported
             under the names of :data:`MONITORING_OUTPUTS`; ``None`` exports none of them.
     """
@@ -59,6 +63,9 @@ class StackOutputs:
     worker_addresses: list[str]
     logs_command: str
     image: pulumi.Input[str]
+    image_digest: pulumi.Input[str] = ""
+    source_commit: str = ""
+    config_hash: str = ""
     monitoring: Monitoring | None = None
 
     def export(self) -> None:
@@ -68,9 +75,19 @@ class StackOutputs:
         pulumi.export("workerAddresses", self.worker_addresses)
         pulumi.export("logsCommand", self.logs_command)
         pulumi.export("image", self.image)
+        pulumi.export("imageDigest", self.image_digest)
+        pulumi.export("sourceCommit", self.source_commit)
+        pulumi.export("configHash", self.config_hash)
         if self.monitoring is not None:
             for output, attribute in MONITORING_OUTPUTS.items():
                 pulumi.export(output, getattr(self.monitoring, attribute))
+
+
+def image_digest(content_id: str) -> str:
+    """The ``sha256:`` digest in an image's content id (``repo@sha256:...`` or an image ID);
+    ``""`` when it holds none (a prebuilt reference by tag)."""
+    _, _, digest = content_id.rpartition("@")
+    return digest if digest.startswith("sha256:") else ""
 
 
 def logs_command(cfg: StackConfig) -> str:
@@ -122,6 +139,7 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
             create_namespace=cfg.monitoring.creates_namespace,
         )
 
+    commit = source_commit()
     provider = make_provider("kubernetes", cfg.cluster)
     on_cluster = pulumi.ResourceOptions(providers=[provider])
 
@@ -140,7 +158,11 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     workers = Workers(
         "workers",
         WorkersArgs.from_config(
-            cfg, image=image.image_ref, pull_policy=image.pull_policy, image_id=image.content_id
+            cfg,
+            image=image.image_ref,
+            pull_policy=image.pull_policy,
+            image_id=image.content_id,
+            source_commit=commit,
         ),
         pulumi.ResourceOptions(providers=[provider], depends_on=[namespace, guard]),
     )
@@ -168,5 +190,8 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
         ),
         logs_command=logs_command(cfg),
         image=image.image_ref,
+        image_digest=pulumi.Output.from_input(image.content_id).apply(image_digest),
+        source_commit=commit,
+        config_hash=cfg.config_hash,
         monitoring=monitoring,
     )

@@ -35,7 +35,8 @@ The run's lifecycle (``docs/infra.md``, "Lifecycle"):
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -83,6 +84,8 @@ class WorkersArgs:
         retain_claim: ``pulumi destroy`` keeps the checkpoint claim.
         cloud: a cloud cluster (longer StatefulSet awaits, :data:`CLOUD_TIMEOUTS`).
         run_target: what the run is asked to do (:func:`run_target`).
+        provenance: the StatefulSet's provenance annotations (``infra.provenance``): annotation
+            name -> value.
     """
 
     pod: PodArgs
@@ -90,6 +93,7 @@ class WorkersArgs:
     retain_claim: bool
     cloud: bool
     run_target: str
+    provenance: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_config(
@@ -98,16 +102,22 @@ class WorkersArgs:
         image: pulumi.Input[str],
         pull_policy: str,
         image_id: pulumi.Input[str] | None = None,
+        source_commit: str = "",
     ) -> WorkersArgs:
         """``image``: the container image reference (output of the image component);
         ``pull_policy``: its ``imagePullPolicy``; ``image_id``: changes whenever the image is
-        rebuilt (pod-template annotation), optional."""
+        rebuilt (pod-template annotation), optional; ``source_commit``: the program's commit
+        (``infra.provenance.source_commit``)."""
         return cls(
             pod=PodArgs.from_config(cfg, image, pull_policy, image_id),
             storage=cfg.storage,
             retain_claim=cfg.retains_checkpoint_claim,
             cloud=cfg.cluster.kind == "cloud",
             run_target=run_target(cfg),
+            provenance={
+                contract.SOURCE_COMMIT_ANNOTATION: source_commit,
+                contract.CONFIG_HASH_ANNOTATION: cfg.config_hash,
+            },
         )
 
 
@@ -235,7 +245,7 @@ class Workers(Component):
                 ident,
                 p.statefulset_name,
                 COMPONENT_WORKER,
-                annotations={RUN_ID_ANNOTATION: p.training.run_id},
+                annotations={RUN_ID_ANNOTATION: p.training.run_id, **args.provenance},
             ),
             spec=statefulset_spec(p),
             opts=self.child_opts(

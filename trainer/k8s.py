@@ -17,7 +17,7 @@ import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainer import contract
@@ -40,6 +40,9 @@ class StatefulSetState:
     """``metadata.uid``: new only when the StatefulSet is created again (a new deployment), the
     same for every pod it recreates; part of the chief's lease holder (``trainer.lease``).
     ``""`` when the answer has none."""
+    provenance: Mapping[str, str] = field(default_factory=dict)
+    """Run-manifest field -> value of its :data:`~trainer.contract.PROVENANCE_ANNOTATIONS`
+    annotation (absent ones left out)."""
 
 
 def _base(env: Mapping[str, str]) -> str:
@@ -167,11 +170,18 @@ def statefulset_state(env: Mapping[str, str], timeout_s: float = _TIMEOUT_S) -> 
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise ContractError(f"GET {url}: spec.replicas must be an integer >= 1; got {replicas!r}")
     revision = (doc.get("status") or {}).get("updateRevision") or ""
-    uid = (doc.get("metadata") or {}).get("uid") or ""
+    meta = doc.get("metadata") or {}
+    uid = meta.get("uid") or ""
+    annotations = meta.get("annotations") or {}
     return StatefulSetState(
         replicas,
         revision if isinstance(revision, str) else "",
         uid.strip() if isinstance(uid, str) else "",
+        {
+            field_: annotations[name]
+            for field_, name in contract.PROVENANCE_ANNOTATIONS.items()
+            if isinstance(annotations, dict) and isinstance(annotations.get(name), str)
+        },
     )
 
 

@@ -115,7 +115,14 @@ def run(config: Config, env: Mapping[str, str]) -> int:
     # settings change the run's result is refused (trainer.manifest), a finished run included.
     # The StatefulSet's uid tells this deployment's chief from another one with the same pod
     # names (another cluster on the same bucket); a recreated pod keeps it: instant take-back.
-    guard = RunGuard(root, config, env, log, deployment=state.uid if state is not None else "")
+    guard = RunGuard(
+        root,
+        config,
+        env,
+        log,
+        deployment=state.uid if state is not None else "",
+        provenance=state.provenance if state is not None else None,
+    )
     guard.check()
     record = runs.read_done(root)
     if record is not None and record.finished_for(config):

@@ -16,7 +16,8 @@ fields are of two kinds:
 - :data:`INFO_FIELDS` are recorded as they were at the first start and never refuse one: the
   epochs (raising them continues a finished run), the global batch (the world size changes with
   the autoscaler and the step is converted), the precision (checkpoints restore across it) and
-  the image (a new image is a rollout of the same run). A start that differs logs them in its
+  the image (a new image is a rollout of the same run), and the deployment's source commit and
+  config hash (``contract.PROVENANCE_ANNOTATIONS``). A start that differs logs them in its
   ``run_manifest`` event (``changed``: field -> [recorded, now]).
 
 The steps per epoch are a result field although the epochs are not: epoch ``e`` is the shard
@@ -67,7 +68,13 @@ RESULT_FIELDS: tuple[str, ...] = (
     "eval_dataset",
 )
 """A later start that differs in one of these is refused (exit 9)."""
-INFO_FIELDS: tuple[str, ...] = ("epochs", "global_batch", "precision", "image")
+INFO_FIELDS: tuple[str, ...] = (
+    "epochs",
+    "global_batch",
+    "precision",
+    "image",
+    *contract.PROVENANCE_ANNOTATIONS,
+)
 """Recorded at the first start; a difference is logged, never refused (module docstring)."""
 CONTENT_HASH_BYTES = 64 << 20
 """Datasets up to this many bytes in all are fingerprinted by content (SHA-256 of every file);
@@ -270,10 +277,18 @@ class RunGuard:
     precision are known and :meth:`verify` before the final files.
 
     ``deployment``: the token of the chief's lease holder (``trainer.lease.holder_identity``),
-    the StatefulSet's ``metadata.uid`` when the worker read it at start."""
+    the StatefulSet's ``metadata.uid`` when the worker read it at start. ``provenance``: the
+    source commit and config hash the StatefulSet carries (``k8s.StatefulSetState``), recorded
+    with the run (``""`` where unknown, as in a local run)."""
 
     def __init__(
-        self, root: str, config: Config, env: Mapping[str, str], log: Log, deployment: str = ""
+        self,
+        root: str,
+        config: Config,
+        env: Mapping[str, str],
+        log: Log,
+        deployment: str = "",
+        provenance: Mapping[str, str] | None = None,
     ) -> None:
         self.root = root.rstrip("/")
         self.path = f"{self.root}/{MANIFEST_FILE}"
@@ -281,13 +296,16 @@ class RunGuard:
         self.env = env
         self.log = log
         self.deployment = deployment
+        self.provenance = {
+            k: (provenance or {}).get(k, "") for k in contract.PROVENANCE_ANNOTATIONS
+        }
         self.recorded: dict[str, Any] | None = None
         self._wanted: dict[str, Any] | None = None
         self._lease: Lease | None = None
 
     def wanted(self) -> dict[str, Any]:
         if self._wanted is None:
-            self._wanted = wanted(self.config, self.env, self.recorded)
+            self._wanted = wanted(self.config, self.env, self.recorded) | self.provenance
         return self._wanted
 
     def check(self) -> None:

@@ -241,6 +241,8 @@ class StackConfig:
     stack: str
     image: ImageConfig = field(default_factory=ImageConfig)
     namespace_mode: str = default_of("namespaceMode")
+    config_hash: str = ""
+    """SHA-256 of the effective configuration (``infra.provenance.config_digest``)."""
 
     @property
     def owns_namespace(self) -> bool:

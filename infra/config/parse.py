@@ -4,6 +4,7 @@ model, built only from values that broke no rule."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -12,6 +13,7 @@ import pulumi
 
 from infra.config.checks import cross_field_problems, image_config
 from infra.config.errors import ConfigError
+from infra.config.keys import SECRET_KEYS
 from infra.config.model import (
     AutoscalingConfig,
     ClusterConfig,
@@ -23,6 +25,7 @@ from infra.config.model import (
 )
 from infra.config.quantities import millis
 from infra.config.reading import read_keys
+from infra.provenance import config_digest
 
 MINIKUBE_CONTEXT = "minikube"
 """Kube context used for ``clusterKind: minikube`` when ``kubeContext`` is empty."""
@@ -67,7 +70,11 @@ def parse_config(
     )
     if problems:
         raise ConfigError(problems)
-    return build(reading.values, reading.secrets_set, project=project, stack=stack)
+    cfg = build(reading.values, reading.secrets_set, project=project, stack=stack)
+    shown = {
+        k: (k in reading.secrets_set) if k in SECRET_KEYS else v for k, v in reading.values.items()
+    }
+    return dataclasses.replace(cfg, config_hash=config_digest(shown, SECRET_KEYS))
 
 
 def build(

@@ -20,6 +20,9 @@ from tests.e2e.harness import KUBECONFIG, Kube, Project
 from tools.training_impact import Impact
 from trainer import contract
 
+# The StatefulSet's provenance annotation (infra/provenance.py) changes with every setting; on
+# its metadata, not the pod template, so it restarts no worker.
+CONFIG_HASH_DIFF = f'metadata.annotations["{contract.CONFIG_HASH_ANNOTATION}"]'
 NAMESPACE = "tfd-e2e"
 STATEFULSET = "tfd-worker"
 SELECTOR = "app.kubernetes.io/name=tf-distributed,app.kubernetes.io/instance=tfd"
@@ -171,6 +174,7 @@ def test_update_previews_exactly_the_change_and_up_applies_it(
     ][0]["env"]
     image_env = [e["name"] for e in env].index(contract.ENV_IMAGE)
     assert changed[0].detailed_diff == {
+        CONFIG_HASH_DIFF: "update",  # provenance: another setting, another digest
         'spec.template.metadata.annotations["tf-distributed.io/image-id"]': "update",
         "spec.template.spec.containers[0].image": "update",
         f"spec.template.spec.containers[0].env[{image_env}].value": "update",
@@ -198,7 +202,10 @@ def test_update_previews_exactly_the_change_and_up_applies_it(
     ], [(s.op, s.type, s.name, s.diffs) for s in changed.values()]
     sts_diff = changed["update", "kubernetes:apps/v1:StatefulSet", "workers"].detailed_diff
     # args[3] is the value of --epochs.
-    assert sts_diff == {"spec.template.spec.containers[0].args[3]": "update"}, sts_diff
+    assert sts_diff == {
+        CONFIG_HASH_DIFF: "update",
+        "spec.template.spec.containers[0].args[3]": "update",
+    }, sts_diff
     up = project.up()
     assert sorted((s.op, s.name.split("-size-")[0]) for s in up.changed()) == [
         ("create", "workers"), ("delete", "workers"), ("update", "workers"),

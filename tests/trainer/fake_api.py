@@ -33,6 +33,9 @@ class FakeApi:
     replicas: int = 1
     update_revision: str = ""
     uid: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)
+    """The StatefulSet's ``metadata.annotations`` (with ``uid``: no ``metadata`` while both are
+    empty)."""
     status: dict[str, int] = field(default_factory=dict)
     cut_short: set[str] = field(default_factory=set)
     seen: list[Seen] = field(default_factory=list)
@@ -65,8 +68,8 @@ class FakeApi:
                         "spec": {"replicas": api.replicas},
                         "status": {"updateRevision": api.update_revision},
                     }
-                    if api.uid:
-                        doc["metadata"] = {"uid": api.uid}
+                    if api.uid or api.annotations:
+                        doc["metadata"] = {"uid": api.uid, "annotations": api.annotations}
                 else:
                     doc = {"kind": "Scale" if self.command == "PATCH" else "Pod"}
                 body = json.dumps(doc).encode()

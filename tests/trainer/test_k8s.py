@@ -57,6 +57,19 @@ def test_reads_the_statefulset_uid_for_the_lease_holder(api: FakeApi, tmp_path: 
     assert state == k8s.StatefulSetState(4, "tfd-worker-7d9f", api.uid), state
 
 
+def test_reads_the_provenance_annotations_for_the_run_manifest(api: FakeApi, tmp_path: Path):
+    api.annotations = {
+        contract.SOURCE_COMMIT_ANNOTATION: "681b4d486639d81811cd90f65530b281393e4650",
+        contract.CONFIG_HASH_ANNOTATION: "0aebac87",
+        "tf-distributed.io/run-id": "r1",  # not provenance: left out
+    }
+    state = k8s.statefulset_state(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S)
+    assert state.provenance == {
+        "source_commit": "681b4d486639d81811cd90f65530b281393e4650",
+        "config_hash": "0aebac87",
+    }, state
+
+
 def test_scale_to_zero_patches_the_scale_subresource(api: FakeApi, tmp_path: Path):
     url = k8s.scale_to_zero(_env(api, tmp_path), timeout_s=FAKE_TIMEOUT_S)
     assert url == f"{api.url}{STS}/scale"

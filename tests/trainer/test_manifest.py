@@ -175,6 +175,22 @@ def test_which_differences_refuse_a_start(tmp_path: Path, change: dict, fields: 
     assert _snapshot(tmp_path) == before
 
 
+def test_the_run_records_its_deployments_provenance_and_logs_a_new_one(tmp_path: Path):
+    """The first start records the source commit and config hash it was deployed with; a later
+    start from another commit is no other run: accepted, and the first record kept."""
+    first = {"source_commit": "a" * 40, "config_hash": "c1"}
+    _recorded(tmp_path, Config(), ENV, **first)
+    out = io.StringIO()
+    later = {"source_commit": "b" * 40, "config_hash": "c2"}
+    guard = RunGuard(str(tmp_path), Config(), ENV, Log(0, out), provenance=later)
+    guard.check()
+    assert guard.wanted()["source_commit"] == "b" * 40
+    recorded = json.loads((tmp_path / MANIFEST_FILE).read_text())
+    assert {k: recorded[k] for k in first} == first
+    # A local run has none: recorded as empty, never refused.
+    assert RunGuard(str(tmp_path), Config(), ENV, Log(0)).wanted()["config_hash"] == ""
+
+
 def test_the_eval_dataset_is_fingerprinted_like_the_dataset(tmp_path: Path):
     """An evaluation file regenerated with other rows (same size) changes the reported result:
     refused, naming its fingerprint; the same rows rewritten are accepted."""

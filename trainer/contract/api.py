@@ -22,8 +22,9 @@ API_CALLS: tuple[ApiCall, ...] = (
 """Every API request the trainer's adapter (``trainer/k8s.py``) can make, and nothing else (a
 test checks it). The Role grants exactly these, on the names :func:`api_resource_names` gives:
 
-- ``get statefulsets`` (its own StatefulSet): live ``spec.replicas``, ``status.updateRevision``
-  and ``metadata.uid`` (the token of the chief's lease holder);
+- ``get statefulsets`` (its own StatefulSet): live ``spec.replicas``, ``status.updateRevision``,
+  ``metadata.uid`` (the token of the chief's lease holder) and the provenance annotations
+  (:data:`PROVENANCE_ANNOTATIONS`);
 - ``patch statefulsets/scale`` (its own StatefulSet): ``--on-done scale-to-zero``;
 - ``delete pods`` (``<statefulset>-0`` .. ``<statefulset>-<max-1>``): a worker deletes its own
   pod after a rollout stop, so the controller recreates it from the new template.
@@ -48,3 +49,16 @@ def role_rules(statefulset: str, max_replicas: int) -> list[dict[str, Any]]:
         }
         for call in API_CALLS
     ]
+
+
+SOURCE_COMMIT_ANNOTATION = "tf-distributed.io/source-commit"
+"""The git commit of the program that last ran ``pulumi up`` (``""``: not a git checkout)."""
+CONFIG_HASH_ANNOTATION = "tf-distributed.io/config-hash"
+"""The SHA-256 of the stack's effective configuration (secret values left out)."""
+PROVENANCE_ANNOTATIONS: dict[str, str] = {
+    "source_commit": SOURCE_COMMIT_ANNOTATION,
+    "config_hash": CONFIG_HASH_ANNOTATION,
+}
+"""Run-manifest field -> StatefulSet annotation. The program writes them on the StatefulSet's
+own metadata, not the pod template, so a new commit or setting restarts no worker; the chief
+copies them from its start-up read into the run's manifest."""
