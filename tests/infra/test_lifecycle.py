@@ -51,7 +51,7 @@ def test_each_run_has_its_own_checkpoint_directory(stack, overrides, run_id, che
     env = _env(result)
     assert env[contract.ENV_CHECKPOINT_DIR] == checkpoint_dir, where
     assert env[contract.ENV_RUN_ID] == run_id, where
-    assert _sts(result).metadata["annotations"] == {RUN_ID_ANNOTATION: run_id}, where
+    assert _sts(result).metadata["annotations"][RUN_ID_ANNOTATION] == run_id, where
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
