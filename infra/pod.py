@@ -9,7 +9,7 @@ projected API token instead of an automounted one (:mod:`infra.namespace` grants
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -59,9 +59,16 @@ def container_resources(w: WorkerConfig) -> dict[str, dict[str, str | int]]:
 
 
 def trainer_flags(t: TrainingConfig) -> contract.TrainerFlags:
-    """The trainer's flags the stack sets (its ``training`` settings); the rest keep the
-    trainer's defaults."""
-    return contract.TrainerFlags(**_stack_flags(t))
+    """The trainer's flags the stack sets: its ``training`` settings and ``trainerFlags``
+    (already validated, and never a flag of the former); the rest keep the trainer's defaults.
+    """
+    extra = contract.TrainerFlags.from_argv(list(t.extra_flags))
+    given = {
+        f.name: getattr(extra, f.name)
+        for f in fields(contract.TrainerFlags)
+        if any(a.partition("=")[0] == contract.flag_name(f.name) for a in t.extra_flags)
+    }
+    return contract.TrainerFlags(**given, **_stack_flags(t))
 
 
 def _stack_flags(t: TrainingConfig) -> dict[str, str | int]:

@@ -19,6 +19,7 @@ from infra.config.kinds import (
     Namespace,
     Secret,
     Text,
+    TrainerFlagList,
     ValuesFile,
     Whole,
 )
@@ -38,6 +39,21 @@ from trainer.contract import (
     STEPS_PER_EPOCH,
     Interval,
 )
+
+OWN_FLAG_KEYS: dict[str, str] = {
+    "dataset": "dataset",
+    "epochs": "epochs",
+    "batch_size": "batchSize",
+    "steps_per_epoch": "stepsPerEpoch",
+    "checkpoint_every": "checkpointEvery",
+    "collective": "collective",
+    "collective_timeout": "collectiveTimeoutSeconds",
+    "heartbeat_timeout": "heartbeatTimeoutSeconds",
+    "on_done": "onDone",
+    "precision": "precision",
+}
+"""The trainer flags that have a stack key of their own (flag field -> key): ``trainerFlags``
+refuses them, and ``infra.pod`` writes them from those keys."""
 
 GROUPS: dict[str, tuple[Key, ...]] = {
     "The training run": (
@@ -129,6 +145,18 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             "capability >= 8.0, CPUs with AVX512-BF16/AMX; else fp32), 'fp32', 'bf16' (refused "
             "by the trainer on hardware without native bfloat16) or 'fp16' (with loss scaling; "
             "needs gpusPerWorker >= 1). Checkpoints restore across a change.",
+        ),
+        Key(
+            "trainerFlags",
+            TrainerFlagList(OWN_FLAG_KEYS),
+            [],
+            "Any other flag of python -m trainer (docs/trainer.md lists them), as 'flag=value' "
+            "entries ('--' optional; a boolean flag alone), e.g. ['learning-rate=0.01', "
+            "'model=my_model:build', 'eval-dataset=/checkpoints/data/eval.tfrecord']. Read by "
+            "the trainer's own parser, so its rules apply; a flag with a key of its own "
+            "(epochs, batchSize, ...) is refused here. A flag that changes what the run computes "
+            "(model, loss, seed, learning rate, data) needs a new runId, as the run manifest "
+            "refuses it otherwise.",
         ),
     ),
     "Autoscaling": (

@@ -11,10 +11,12 @@ means no typed value (``"two"`` for an integer), and the rules that need it are 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import ipaddress
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from infra.config.quantities import parse_quantity
-from trainer.contract import DNS_LABEL, DNS_SUBDOMAIN, Interval
+from trainer.contract import DNS_LABEL, DNS_SUBDOMAIN, Interval, TrainerFlags
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 """The project directory (``Pulumi.yaml``'s); ``monitoringValuesFile`` is relative to it."""
@@ -212,6 +214,42 @@ class Strings:
             except ValueError:
                 broken.append((self.item_rule, entry))
         return Read(None if broken else tuple(out), broken)
+
+
+@dataclass(frozen=True)
+class TrainerFlagList:
+    """Flags of ``python -m trainer`` that have no stack key of their own, as ``flag=value``
+    entries (``--`` optional; a boolean flag alone). They are read by the trainer's own parser
+    (:meth:`trainer.contract.TrainerFlags.from_argv`), so each flag's rule and message are the
+    trainer's; a flag that has its own key (``owned``: flag field -> key) is refused, naming it.
+    """
+
+    owned: Mapping[str, str]
+    pulumi_type = "array"
+    items_type = "string"
+
+    def read(self, value: Any) -> Read:
+        items = _array(value)
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            return Read(None, [("must be an array of strings (JSON when given as text)", value)])
+        argv, broken = [], []
+        for entry in items:
+            flag = entry.strip() if entry.strip().startswith("--") else f"--{entry.strip()}"
+            field = flag.partition("=")[0][2:].replace("-", "_")
+            if field in self.owned:
+                broken.append((f"{flag.partition('=')[0]} is set by the key {self.owned[field]}",
+                               entry))  # fmt: skip
+            argv.append(flag)
+        if broken:
+            return Read(None, broken)
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                TrainerFlags.from_argv(argv, prog="trainerFlags")
+        except SystemExit:
+            why = (err.getvalue().strip().splitlines() or ["invalid"])[-1].split("error: ", 1)[-1]
+            return Read(None, [(f"must be flags of python -m trainer ({why})", items)])
+        return Read(tuple(argv), [])
 
 
 @dataclass(frozen=True)

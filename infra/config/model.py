@@ -122,6 +122,7 @@ class TrainingConfig:
         on_done: ``scale-to-zero`` or ``idle`` (``--on-done``;
             :data:`trainer.contract.rules.ON_DONE_POD_MODES`).
         precision: ``auto``, ``fp32``, ``bf16`` or ``fp16`` (``fp16`` needs GPUs).
+        extra_flags: the trainer's other flags as ``--flag=value`` (``trainerFlags``).
     """
 
     dataset: str
@@ -135,6 +136,7 @@ class TrainingConfig:
     run_id: str = default_of("runId")
     on_done: str = default_of("onDone")
     precision: str = default_of("precision")
+    extra_flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

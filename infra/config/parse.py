@@ -132,6 +132,7 @@ def build(
             run_id=v["runId"],
             on_done=v["onDone"],
             precision=v["precision"],
+            extra_flags=v["trainerFlags"],
         ),
         autoscaling=AutoscalingConfig(
             enabled=v["autoscalingEnabled"],

@@ -28,6 +28,36 @@ SECRET = {"secure": "AAABAPlaceholder=="}
 
 # (stack, overrides, key named in the message, rule fragment, value fragment)
 INVALID = [
+    # Other trainer flags: the trainer's own parser judges them; a flag with its own key is not
+    # one of them.
+    (
+        "dev",
+        {P + "trainerFlags": ["epochs=5"]},
+        "trainerFlags",
+        "--epochs is set by the key epochs",
+        "'epochs=5'",
+    ),
+    (
+        "dev",
+        {P + "trainerFlags": ["learning-rate=-1"]},
+        "trainerFlags",
+        "--learning-rate: must be a number in (0, 10]",
+        "learning-rate=-1",
+    ),
+    (
+        "dev",
+        {P + "trainerFlags": ["--lr=0.1"]},
+        "trainerFlags",
+        "unrecognized arguments: --lr=0.1",
+        "--lr=0.1",
+    ),
+    (
+        "dev",
+        {P + "trainerFlags": "learning-rate=0.1"},
+        "trainerFlags",
+        "must be an array of strings",
+        "learning-rate=0.1",
+    ),
     ("dev", {P + "replicas": 0}, "replicas", "integer in [1, 1000]", "'0'"),
     ("prod", {P + "replicas": "two"}, "replicas", "integer in [1, 1000]", "'two'"),
     ("prod", {P + "gpusPerWorker": -1}, "gpusPerWorker", "integer in [0, 16]", "'-1'"),
@@ -411,6 +441,32 @@ def test_precision_reaches_the_trainer_flags(stack, overrides, expected):
     args = trainer_args(cfg.training)
     assert cfg.training.precision == expected, f"{stack} {overrides}: {cfg.training.precision}"
     assert args[args.index("--precision") + 1] == expected, f"{stack} {overrides}: {args}"
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], {}),
+        (
+            ["learning-rate=0.01", "--model=my_model:build", "deterministic"],
+            {"--learning-rate": "0.01", "--model": "my_model:build", "--deterministic": None},
+        ),
+        (["seed=1"], {}),  # the trainer's default: nothing to write
+    ],
+)
+def test_other_trainer_flags_reach_the_container_args(flags, expected):
+    from infra.pod import trainer_args
+
+    cfg = parse_config(*stack_config("dev", {P + "trainerFlags": flags}), {})
+    args = trainer_args(cfg.training)
+    base = trainer_args(parse_config(*stack_config("dev"), {}).training)
+    added = [a for a in args if a not in base]
+    got = {}
+    for flag in (a for a in added if a.startswith("--")):
+        following = added[added.index(flag) + 1] if added.index(flag) + 1 < len(added) else None
+        got[flag] = None if following is None or following.startswith("--") else following
+    assert got == expected, f"trainerFlags {flags}: container args {args}"
+    assert args[args.index("--epochs") + 1] == str(cfg.training.epochs), args
 
 
 def test_stack_settings_per_issue():
