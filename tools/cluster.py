@@ -48,7 +48,7 @@ GPU_NODE = "tfd-gpu-0"
 GPU_LABEL = ("cloud.google.com/gke-accelerator", "nvidia-tesla-t4")
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 STORAGE_CLASSES = ("standard", "standard-rwx")
-VOLUMES_PER_CLASS = 6
+VOLUMES_PER_CLASS = 12
 START_TIMEOUT_S = 90
 
 

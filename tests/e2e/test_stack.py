@@ -114,7 +114,20 @@ def test_up_creates_every_rendered_object_as_rendered(first_up: Any, kube: Kube)
         ident = f"{manifest['kind']}/{meta['name']}"
         live = kube.get(KUBECTL_KIND[manifest["kind"]], meta["name"], meta.get("namespace"))
         assert live is not None, f"{ident}: rendered but not on the cluster"
+        # The digest of the configuration differs: the renderer has the stack file's settings,
+        # this stack also the cluster's own (kubeconfig, addresses). Its own test is below.
+        (meta.get("annotations") or {}).pop(contract.CONFIG_HASH_ANNOTATION, None)
         assert_subset({k: v for k, v in manifest.items() if k != "apiVersion"}, live, ident)
+
+
+def test_up_records_its_provenance_as_outputs_and_on_the_statefulset(
+    first_up: Any, project: Project, kube: Kube
+) -> None:
+    outputs = {k: v.value for k, v in project.outputs().items()}
+    annotations = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)["metadata"]["annotations"]
+    assert annotations[contract.CONFIG_HASH_ANNOTATION] == outputs["configHash"], annotations
+    assert len(outputs["configHash"]) == 64, outputs["configHash"]
+    assert annotations[contract.SOURCE_COMMIT_ANNOTATION] == outputs["sourceCommit"], annotations
 
 
 def test_workers_are_admitted_named_and_ready(first_up: Any, kube: Kube) -> None:
