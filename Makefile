@@ -15,7 +15,7 @@ BENCH_ARGS ?=
 
 $(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/trainer.txt \
 		requirements/cli.txt
-	@echo "installing the Python environment into $(VENV) (TensorFlow, Pulumi, test tools): a few minutes, once"
+	@echo "installing the Python environment into $(VENV) (TensorFlow, Pulumi, test tools; 2.5 GB): a minute or more, once"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements/dev.txt

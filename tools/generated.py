@@ -38,3 +38,16 @@ def write_or_check(
     path.write_text(text, encoding="utf-8")
     print(wrote)
     return 0
+
+
+def replace_block(text: str, begin: str, end: str, block: str, where: str) -> str:
+    """``text`` with everything from the marker ``begin`` to the marker ``end`` (both included)
+    replaced by ``block``, which carries the markers again.
+
+    Raises:
+        ValueError: the markers are missing or out of order (``where`` names the file).
+    """
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"{where}: no {begin!r} ... {end!r} block")
+    return text[:start] + block + text[stop + len(end) :]

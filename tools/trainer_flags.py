@@ -16,10 +16,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from tools.generated import write_or_check
-
-# _SPEC: the metadata key each field's FlagSpec is stored under (one definition, in flags.py).
-from trainer.contract.flags import _SPEC, FlagSpec, TrainerFlags, flag_name
+from tools.generated import replace_block, write_or_check
+from trainer.contract.flags import FlagSpec, TrainerFlags, flag_name, spec_of
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "trainer.md"
@@ -55,7 +53,7 @@ def table() -> str:
     """The Markdown table, between its markers."""
     lines = [BEGIN, "| Flag | Default | Values | Meaning |", "| --- | --- | --- | --- |"]
     for f in fields(TrainerFlags):
-        spec: FlagSpec = f.metadata[_SPEC]
+        spec: FlagSpec = spec_of(f)
         meaning = spec.help % {"default": f.default}  # argparse's own expansion of the help
         lines.append(
             f"| `{flag_name(f.name)}` | {_default(f.default)} | {_cell(_values(spec, f.default))} "
@@ -71,10 +69,7 @@ def render(text: str) -> str:
     Raises:
         ValueError: the markers are missing.
     """
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"{DOC.relative_to(ROOT)}: no {BEGIN!r} ... {END!r} block")
-    return text[:start] + table() + text[end + len(END) :]
+    return replace_block(text, BEGIN, END, table(), str(DOC.relative_to(ROOT)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from infra import admission
-from tools.generated import write_or_check
+from tools.generated import replace_block, write_or_check
 from trainer import contract
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,10 +68,7 @@ def render(text: str) -> str:
     Raises:
         ValueError: the markers are missing.
     """
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"{DOC.relative_to(ROOT)}: no {BEGIN!r} ... {END!r} block")
-    return text[:start] + table() + text[end + len(END) :]
+    return replace_block(text, BEGIN, END, table(), str(DOC.relative_to(ROOT)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -192,6 +192,16 @@ def _array(value: Any) -> Any:
         return None
 
 
+_STRINGS_RULE = "must be an array of strings (JSON when given as text)"
+
+
+def _strings(value: Any) -> list[str] | None:
+    """The items of an array of strings; ``None`` when the value is no such array."""
+    items = _array(value)
+    ok = isinstance(items, list) and all(isinstance(i, str) for i in items)
+    return items if ok else None
+
+
 @dataclass(frozen=True)
 class Strings:
     """An array of strings, each read by ``item`` (a ``ValueError`` breaks ``item_rule``)."""
@@ -202,9 +212,9 @@ class Strings:
     items_type = "string"
 
     def read(self, value: Any) -> Read:
-        items = _array(value)
-        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-            return Read(None, [("must be an array of strings (JSON when given as text)", value)])
+        items = _strings(value)
+        if items is None:
+            return Read(None, [(_STRINGS_RULE, value)])
         if self.item is None:
             return Read(tuple(items), [])
         out, broken = [], []
@@ -229,9 +239,9 @@ class TrainerFlagList:
     items_type = "string"
 
     def read(self, value: Any) -> Read:
-        items = _array(value)
-        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-            return Read(None, [("must be an array of strings (JSON when given as text)", value)])
+        items = _strings(value)
+        if items is None:
+            return Read(None, [(_STRINGS_RULE, value)])
         argv, broken = [], []
         for entry in items:
             flag = entry.strip() if entry.strip().startswith("--") else f"--{entry.strip()}"

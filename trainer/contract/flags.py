@@ -15,7 +15,7 @@ import argparse
 import functools
 import typing
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from trainer.contract.rules import (
@@ -92,6 +92,11 @@ def _flag(
     default: Any, help: str, *, rule: Rule | None = None, choices: tuple[str, ...] = ()
 ) -> Any:
     return field(default=default, metadata={_SPEC: FlagSpec(help, rule, choices)})
+
+
+def spec_of(f: Field[Any]) -> FlagSpec:
+    """The flag definition of a :class:`TrainerFlags` field (its help, rule and choices)."""
+    return f.metadata[_SPEC]
 
 
 class FlagError(UsageError, ValueError):
@@ -275,7 +280,7 @@ class TrainerFlags:
         problems: list[str] = []
         for f in fields(self):
             value = getattr(self, f.name)
-            spec: FlagSpec = f.metadata[_SPEC]
+            spec = spec_of(f)
             name = flag_name(f.name)
             kind = _types()[f.name]
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -382,7 +387,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, allow_abbrev=False)
     for f in fields(TrainerFlags):
-        spec: FlagSpec = f.metadata[_SPEC]
+        spec = spec_of(f)
         kind = _types()[f.name]
         if kind is bool:
             if f.default is not False:  # pragma: no cover - a definition error, found by tests
