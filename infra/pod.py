@@ -9,7 +9,7 @@ projected API token instead of an automounted one (:mod:`infra.namespace` grants
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -62,13 +62,7 @@ def trainer_flags(t: TrainingConfig) -> contract.TrainerFlags:
     """The trainer's flags the stack sets: its ``training`` settings and ``trainerFlags``
     (already validated, and never a flag of the former); the rest keep the trainer's defaults.
     """
-    extra = contract.TrainerFlags.from_argv(list(t.extra_flags))
-    given = {
-        f.name: getattr(extra, f.name)
-        for f in fields(contract.TrainerFlags)
-        if any(a.partition("=")[0] == contract.flag_name(f.name) for a in t.extra_flags)
-    }
-    return contract.TrainerFlags(**given, **_stack_flags(t))
+    return contract.TrainerFlags(**dict(t.extra_flags), **_stack_flags(t))
 
 
 def _stack_flags(t: TrainingConfig) -> dict[str, str | int]:

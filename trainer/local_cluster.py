@@ -228,7 +228,7 @@ class LocalCluster:
                 self.standbys is not None
                 and wp.index == 0
                 and not self._filled.is_set()
-                and '"event": "first_step"' in line
+                and parse_events([line], "first_step")
             ):
                 self._filled.set()
                 self.standbys.fill()

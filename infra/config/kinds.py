@@ -242,7 +242,7 @@ class TrainerFlagList:
         items = _strings(value)
         if items is None:
             return Read(None, [(_STRINGS_RULE, value)])
-        argv, broken = [], []
+        argv, named, broken = [], [], []
         for entry in items:
             flag = entry.strip() if entry.strip().startswith("--") else f"--{entry.strip()}"
             field = flag.partition("=")[0][2:].replace("-", "_")
@@ -250,16 +250,18 @@ class TrainerFlagList:
                 broken.append((f"{flag.partition('=')[0]} is set by the key {self.owned[field]}",
                                entry))  # fmt: skip
             argv.append(flag)
+            named.append(field)
         if broken:
             return Read(None, broken)
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
-                TrainerFlags.from_argv(argv, prog="trainerFlags")
+                flags = TrainerFlags.from_argv(argv, prog="trainerFlags")
         except SystemExit:
             why = (err.getvalue().strip().splitlines() or ["invalid"])[-1].split("error: ", 1)[-1]
             return Read(None, [(f"must be flags of python -m trainer ({why})", items)])
-        return Read(tuple(argv), [])
+        # The parsed values of the flags given (field -> value), in their order, once.
+        return Read(tuple((f, getattr(flags, f)) for f in dict.fromkeys(named)), [])
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,8 @@ class TrainingConfig:
         on_done: ``scale-to-zero`` or ``idle`` (``--on-done``;
             :data:`trainer.contract.rules.ON_DONE_POD_MODES`).
         precision: ``auto``, ``fp32``, ``bf16`` or ``fp16`` (``fp16`` needs GPUs).
-        extra_flags: the trainer's other flags as ``--flag=value`` (``trainerFlags``).
+        extra_flags: the trainer's other flags (``trainerFlags``) as ``(field, value)`` pairs,
+            parsed by the trainer's own parser.
     """
 
     dataset: str
@@ -136,7 +137,7 @@ class TrainingConfig:
     run_id: str = default_of("runId")
     on_done: str = default_of("onDone")
     precision: str = default_of("precision")
-    extra_flags: tuple[str, ...] = ()
+    extra_flags: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
