@@ -11,7 +11,7 @@ WORKERS ?= 2
 ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: run test test-fast lint render bench bench-goodput clean promtool tools cluster-up cluster-down e2e
+.PHONY: run test test-fast lint render bench bench-goodput bench-scale clean promtool tools cluster-up cluster-down e2e
 
 $(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/trainer.txt \
 		requirements/cli.txt
@@ -84,6 +84,13 @@ bench: $(VENV)/.installed
 GOODPUT_ARGS ?=
 bench-goodput: $(VENV)/.installed
 	$(VENV)/bin/python -m benchmarks.goodput $(GOODPUT_ARGS)
+
+# The stack at 8, 64 and 512 workers on a kwok cluster of its own, started and stopped here
+# (benchmarks/scale.py). SCALE_ARGS: e.g. --workers 8 64, or --json benchmarks/results/scale-DATE.json.
+bench-scale: $(VENV)/.installed tools
+	@$(VENV)/bin/python -m tools.cluster up --node kwok; status=$$?; \
+	if [ $$status -eq 0 ]; then $(VENV)/bin/python -m benchmarks.scale $(SCALE_ARGS); status=$$?; fi; \
+	$(VENV)/bin/python -m tools.cluster down; exit $$status
 
 # The e2e toolchain (pinned in tools/versions.env), cached by version outside the clone.
 tools:

@@ -28,6 +28,7 @@ from tfd.phase import (
     STOPPED,
     TRAINING,
     RunStatus,
+    carried,
     derive,
     stop_mark,
 )
@@ -69,8 +70,9 @@ def watch(
         WaitTimeoutError: ``timeout_s`` passed first (the line says where the run was).
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    st: RunStatus | None = None
     while True:
-        st = derive(cluster.snapshot(deploying=deploying()))
+        st = carried(st, derive(cluster.snapshot(deploying=deploying())))
         view.show(st)
         if until(st):
             return st

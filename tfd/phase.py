@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -258,6 +258,28 @@ def _recent(snap: Snapshot, sts: str) -> list[str]:
                     detail = f"from step {r['start_step']}"
                 items.append((float(r.get("ts", 0)), f"worker {n}: {r['event']} {detail}".strip()))
     return [text for _, text in sorted(items)[-LAST_EVENTS:]]
+
+
+CARRIED = ("step", "total_steps", "epoch", "loss", "accuracy")
+"""What a run that has ended keeps from its last reading: the workers that logged it are gone."""
+
+
+def carried(previous: RunStatus | None, current: RunStatus) -> RunStatus:
+    """``current`` with what earlier readings of the same run showed (``--watch``, ``submit``).
+
+    The restarts never fall: a pod the controller recreates counts its container restarts from
+    0 again, and a run at zero workers has no pods to count (so after a pod is recreated the
+    figure is a lower bound). A run that has ended (done, failed, stopped) keeps the progress
+    figures of its last reading that had them; ``tfd runs`` reads its final step from the run's
+    record."""
+    if previous is None or previous.run_id != current.run_id:
+        return current
+    out = replace(current, restarts=max(previous.restarts, current.restarts))
+    if current.terminal:
+        for name in CARRIED:
+            if getattr(out, name) is None:
+                setattr(out, name, getattr(previous, name))
+    return out
 
 
 def derive(snap: Snapshot) -> RunStatus:

@@ -172,7 +172,7 @@ def _wait(what: str, probe, timeout: float = START_TIMEOUT_S) -> None:  # noqa: 
     raise ClusterError(f"{what} not ready after {timeout:.0f} s (logs: {STATE / 'logs'})")
 
 
-def _node(name: str, *, gpus: int, cpu: str, memory: str) -> dict:
+def kwok_node(name: str, *, gpus: int, cpu: str, memory: str) -> dict:
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -344,8 +344,8 @@ def up(node: str = "kwok") -> None:
         logs,
     )  # fmt: skip
     nodes = [
-        _node(CPU_NODE, gpus=0, cpu="16", memory="64Gi"),
-        _node(GPU_NODE, gpus=8, cpu="64", memory="512Gi"),
+        kwok_node(CPU_NODE, gpus=0, cpu="16", memory="64Gi"),
+        kwok_node(GPU_NODE, gpus=8, cpu="64", memory="512Gi"),
     ]
     manifest = {"apiVersion": "v1", "kind": "List", "items": [*nodes, *_storage()]}
     _kubectl("create", "-f", "-", stdin=json.dumps(manifest))

@@ -73,7 +73,9 @@ for node in $nodes; do
   report=.tools/e2e-report-$node.xml
   reports+=("$report")
   if [ "$node" = real ]; then marks="e2e and real_node"; else marks="e2e and not real_node"; fi
-  $py -m pytest -m "$marks" tests/e2e -p no:cacheprovider --junitxml="$report" "$@" || status=1
+  # The scenarios' printed figures go into the report, and from there into the summary.
+  $py -m pytest -m "$marks" tests/e2e -p no:cacheprovider --junitxml="$report" \
+    -o junit_logging=system-out "$@" || status=1
   $py -m tools.cluster down
 done
 stop_docker

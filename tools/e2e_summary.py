@@ -3,10 +3,14 @@
 ``python -m tools.e2e_summary UP_S TOTAL_S STATUS REPORT...``: STATUS is the shell's (non-zero
 when a cluster did not start or pytest failed). A skipped scenario proved nothing, so any skip
 fails the suite too; a report that is missing or unreadable counts as a failure.
+
+Before the line it prints every figure the scenarios measured: the lines of their captured
+output (``junit_logging=system-out``) tagged ``[... figure]`` or ``[... figures]``, in run order.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -36,6 +40,23 @@ def count(reports: Sequence[str]) -> Counts:
     return Counts(passed, failed, skipped)
 
 
+FIGURE_LINE = re.compile(r"^\[[\w -]*figures?\] ")
+
+
+def figures(reports: Sequence[str]) -> list[str]:
+    """Every figure line of the scenarios' captured output, report by report (unreadable
+    reports are counted by :func:`count`, not here)."""
+    lines: list[str] = []
+    for report in reports:
+        try:
+            root = ET.parse(report).getroot()
+        except (OSError, ET.ParseError):
+            continue
+        for out in root.iter("system-out"):
+            lines += [ln for ln in (out.text or "").splitlines() if FIGURE_LINE.match(ln)]
+    return lines
+
+
 def summary(up_s: int, total_s: int, status: int, reports: Sequence[str]) -> tuple[str, int]:
     """The summary line and the exit code of ``make e2e``."""
     c = count(reports)
@@ -50,6 +71,8 @@ def summary(up_s: int, total_s: int, status: int, reports: Sequence[str]) -> tup
 def main(argv: Sequence[str]) -> int:
     up_s, total_s, status, *reports = argv
     line, code = summary(int(up_s), int(total_s), int(status), reports)
+    for figure in figures(reports):
+        print(figure)
     print(line)
     if code and not int(status) and not count(reports).failed:
         print("e2e: a skipped scenario counts as a failure", file=sys.stderr)

@@ -6,7 +6,7 @@ import pytest
 
 from tests.tfd.builders import START, event, pod, progress, recorded, sts, worker_log
 from tfd.phase import STOP_ANNOTATION as STOPPED
-from tfd.phase import Snapshot, derive, stop_mark
+from tfd.phase import RunStatus, Snapshot, carried, derive, stop_mark
 
 GPU = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint"
 TRAINING = {0: worker_log(0, START, progress(100)), 1: worker_log(1, START, progress(100))}
@@ -124,3 +124,22 @@ def test_json_holds_every_field() -> None:
     assert set(doc) == {"phase", "reason", "run_id", "workers_ready", "workers_desired",
                         "restarts", "step", "total_steps", "epoch", "loss", "accuracy",
                         "examples_per_sec", "eta_s", "events"}  # fmt: skip
+
+
+def test_a_watch_keeps_the_restarts_and_an_ended_runs_last_progress() -> None:
+    training = RunStatus(
+        "training", run_id="r1", restarts=2, step=780, total_steps=800, epoch=7, loss=0.1,
+        accuracy=0.95, examples_per_sec=900.0, eta_s=3.0,
+    )  # fmt: skip
+    done = carried(training, RunStatus("done", run_id="r1"))
+    assert (done.step, done.total_steps, done.epoch, done.loss, done.accuracy) == (
+        780, 800, 7, 0.1, 0.95,
+    ), done  # fmt: skip
+    assert done.restarts == 2 and done.examples_per_sec is None and done.eta_s is None, done
+    # A recreated pod counts from 0 again: the figure does not fall within a watch.
+    recreated = carried(training, RunStatus("training", run_id="r1", restarts=0, step=790))
+    assert recreated.restarts == 2 and recreated.step == 790, recreated
+    # Another run (a new run id) carries nothing over.
+    other = carried(training, RunStatus("done", run_id="r2"))
+    assert other.step is None and other.restarts == 0, other
+    assert carried(None, training) is training

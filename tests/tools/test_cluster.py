@@ -13,7 +13,7 @@ from tools.render import stack_config
 
 def test_gpu_node_carries_what_the_prod_stack_selects_and_tolerates() -> None:
     prod = parse_config(*stack_config("prod"), {})
-    node = cluster._node(cluster.GPU_NODE, gpus=8, cpu="64", memory="512Gi")
+    node = cluster.kwok_node(cluster.GPU_NODE, gpus=8, cpu="64", memory="512Gi")
     labels = node["metadata"]["labels"]
     for key, value in prod.workers.gpu_node_selector:
         assert labels.get(key) == value, f"node {cluster.GPU_NODE}: label {key}={value} missing"
@@ -28,7 +28,7 @@ def test_gpu_node_carries_what_the_prod_stack_selects_and_tolerates() -> None:
 
 
 def test_cpu_node_has_no_gpu_and_no_taint() -> None:
-    node = cluster._node(cluster.CPU_NODE, gpus=0, cpu="16", memory="64Gi")
+    node = cluster.kwok_node(cluster.CPU_NODE, gpus=0, cpu="16", memory="64Gi")
     assert "taints" not in node["spec"]
     assert "nvidia.com/gpu" not in node["status"]["capacity"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.e2e_summary import summary
+from tools.e2e_summary import figures, summary
 
 
 def report(path: Path, tests: int, failures: int = 0, errors: int = 0, skipped: int = 0) -> str:
@@ -44,3 +44,20 @@ def test_an_unreadable_report_is_a_failure(tmp_path: Path) -> None:
     bad.write_text("<testsuites><testsuite")
     line, code = summary(1, 2, 0, [str(bad), str(tmp_path / "missing.xml")])
     assert "0 passed, 2 failed" in line and code == 1, line
+
+
+def test_the_figure_lines_of_the_captured_output_in_run_order(tmp_path: Path) -> None:
+    out = (
+        "[real-node figure] pulumi up: 12.5 s\nnot a figure [x figure] here\n"
+        '[tfd output] tfd status:\n[real-node figures] {"a": 1}\n'
+    )
+    (tmp_path / "r.xml").write_text(
+        '<testsuites><testsuite name="pytest" tests="2"><testcase name="a"><system-out>'
+        f'{out}</system-out></testcase><testcase name="b"><system-out>[tfd figure] pending: '
+        "3.1 s</system-out></testcase></testsuite></testsuites>"
+    )
+    assert figures([str(tmp_path / "r.xml"), str(tmp_path / "missing.xml")]) == [
+        "[real-node figure] pulumi up: 12.5 s",
+        '[real-node figures] {"a": 1}',
+        "[tfd figure] pending: 3.1 s",
+    ]
