@@ -20,7 +20,7 @@ CLASSES = 4
 FILES = ("part-0.tfrecord", "part-1.tfrecord")
 
 
-def write(directory: Path = DATA, examples: int = 512, seed: int = 0) -> list[Path]:
+def write(directory: Path = DATA, examples: int = 2048, seed: int = 0) -> list[Path]:
     """``examples`` records over :data:`FILES` in ``directory``; the paths written."""
     import tensorflow as tf  # only the writer needs it, not the model module
 
