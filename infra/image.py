@@ -337,11 +337,12 @@ class TrainerImage(Component):
                 opts=self.child_opts(provider=provider),
             )
 
-        image = build(name, args.image_name, args.context, args.dockerfile, dict(args.build_args))
-        self.image = image
-        trainer_ref = self._ref(image, args.image_name, push=args.push)
+        self.image = build(
+            name, args.image_name, args.context, args.dockerfile, dict(args.build_args)
+        )
         self.code_image = None
-        built, built_name = image, args.image_name
+        built = self.image
+        self.image_ref = self._ref(self.image, args.image_name, push=args.push)
         if args.code is not None:
             # Inputs from the trainer image's outputs: built after it, and again when it changes.
             built = self.code_image = build(
@@ -350,15 +351,14 @@ class TrainerImage(Component):
                 args.code.context,
                 args.code.dockerfile,
                 {
-                    BUILD_ARG_TRAINER_IMAGE: trainer_ref,
-                    BUILD_ARG_TRAINER_IMAGE_ID: image.repo_digest.apply(image_digest),
+                    BUILD_ARG_TRAINER_IMAGE: self.image_ref,
+                    BUILD_ARG_TRAINER_IMAGE_ID: self.image.repo_digest.apply(image_digest),
                 },
             )
-            built_name = args.code.image_name
+            self.image_ref = self._ref(built, args.code.image_name, push=args.push)
         self.pull_policy = args.pull_policy
         self.image_name = built.image_name
         self.content_id = built.repo_digest
-        self.image_ref = self._ref(built, built_name, push=args.push)
         self.register_outputs(
             {
                 "image_ref": self.image_ref,
