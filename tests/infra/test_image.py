@@ -518,3 +518,20 @@ def test_rendered_stack_with_code_directory_runs_the_code_image(stack: str, push
     ]
     assert annotation != base_annotation, f"stack {stack}: rollout annotation unchanged"
     assert result.outputs["image"] == container["image"], f"stack {stack}: image output"
+
+
+def test_the_documented_user_settings_reach_the_workers() -> None:
+    """docs/trainer.md's three settings: the code image, the user's model, the data in it."""
+    result = render.render_stack(
+        "dev",
+        {
+            f"{PROJECT}:codeDirectory": USER_CODE,
+            f"{PROJECT}:dataset": f"{image.CODE_PATH}/data",
+            f"{PROJECT}:trainerFlags": ["model=my_model:build"],
+        },
+    )
+    container = _worker_container(result)
+    assert container["image"] == "tf-distributed-trainer:0.1.0-code", "dev: StatefulSet image"
+    args = container["args"]
+    for flag, value in (("--model", "my_model:build"), ("--dataset", f"{image.CODE_PATH}/data")):
+        assert flag in args and args[args.index(flag) + 1] == value, f"dev: container args {args}"
