@@ -11,6 +11,12 @@ its own explicit ``docker.Provider`` and exposes the two values the worker State
 * ``pull_policy``: ``Never`` on minikube (the image exists only in that daemon), ``Always`` on
   cloud (with a digest reference the kubelet only re-checks the manifest; layers stay cached).
 
+With ``codeDirectory`` set, a second ``docker.Image`` is built ``FROM`` the first
+(``code-image/Dockerfile``, the user's directory as its context, tag ``<imageTag>-code``) and
+the workers run that one instead, by the same rules: its digest on cloud, its local tag and
+image ID on minikube. pulumi-docker hashes a context into the image's inputs (``contextDigest``),
+so a change to the user's files rebuilds it, and the new digest or ID rolls the workers.
+
 The registry password is a Pulumi secret from end to end: it is forced secret here, goes only
 to the ``registry`` input of ``docker.Image`` (never a build argument, so never in a layer) and
 is never registered as an output.
@@ -18,27 +24,36 @@ is never registered as an output.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pulumi
 import pulumi_docker as docker
-from pulumi.runtime.rpc import unwrap_rpc_secret
 
 from infra.component import Component
 from infra.config import CLUSTER_KINDS, PROJECT, ConfigError, ImageConfig, image_problems
+from infra.config.image import CODE_TAG_SUFFIX
+from infra.config.kinds import PROJECT_DIR
 
 COMPONENT_TYPE = "tfd:infra:TrainerImage"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The build context: the repository root (``.dockerignore`` keeps it down to ``trainer/``)."""
 DOCKERFILE = REPO_ROOT / "Dockerfile"
+CODE_DOCKERFILE = REPO_ROOT / "code-image" / "Dockerfile"
+"""The Dockerfile of the image with the user's code (outside its context, which pulumi-docker
+5 adds to the build itself, as ``docker build -f`` does)."""
+CODE_PATH = "/opt/tfd/code"
+"""Where ``codeDirectory`` lands in the image (on ``PYTHONPATH``, after the trainer's own path)."""
+BUILD_ARG_TRAINER_IMAGE = "TRAINER_IMAGE"
+"""Build argument of ``code-image/Dockerfile``: the reference of the trainer image it is built
+``FROM`` (the local tag on minikube, the pushed digest reference on cloud)."""
+BUILD_ARG_TRAINER_IMAGE_ID = "TRAINER_IMAGE_ID"
+"""Build argument of ``code-image/Dockerfile``: the trainer image's ``sha256:`` digest or ID;
+it changes with every trainer build, so the code image is rebuilt on a reused tag too."""
 
 TF_VERSION = "2.21.0"
 """TensorFlow version of both base images; the Dockerfile pins the same (a test compares)."""
@@ -74,6 +89,21 @@ def variant_build_args(gpu: bool) -> tuple[tuple[str, str], ...]:
 
 
 @dataclass(frozen=True)
+class CodeImageArgs:
+    """The image with the user's code (``codeDirectory``), built ``FROM`` the trainer image.
+
+    Attributes:
+        image_name: the trainer image's name with :data:`CODE_TAG_SUFFIX` after its tag.
+        context: the user's directory, relative to the working directory like the trainer's.
+        dockerfile: :data:`CODE_DOCKERFILE`, relative the same way.
+    """
+
+    image_name: str
+    context: str
+    dockerfile: str
+
+
+@dataclass(frozen=True)
 class TrainerImageArgs:
     """Everything :class:`TrainerImage` needs; built by :func:`image_args`.
 
@@ -92,6 +122,8 @@ class TrainerImageArgs:
         docker_host: Docker daemon address (``DOCKER_HOST`` form); ``None`` uses the provider's
             default (the ``DOCKER_HOST`` environment variable, else the local socket).
         docker_cert_path: directory with the daemon's TLS ``ca.pem``/``cert.pem``/``key.pem``.
+        code: the image with the user's code that the workers run instead; ``None``: they run
+            the trainer image.
     """
 
     image_name: str
@@ -106,6 +138,7 @@ class TrainerImageArgs:
     registry_password: pulumi.Output[str] | None = None
     docker_host: str | None = None
     docker_cert_path: str | None = None
+    code: CodeImageArgs | None = None
 
 
 def _relative(path: Path) -> str:
@@ -143,8 +176,16 @@ def image_args(cfg: ImageConfig, *, gpu: bool, cluster_kind: str) -> TrainerImag
         raise ConfigError(problems)
 
     name = f"{cfg.repository}:{cfg.tag}"
+    image_name = f"{cfg.registry}/{name}" if push else name
+    code = None
+    if cfg.code_directory is not None:
+        code = CodeImageArgs(
+            image_name=f"{image_name}{CODE_TAG_SUFFIX}",
+            context=_relative((PROJECT_DIR / cfg.code_directory).resolve()),
+            dockerfile=_relative(CODE_DOCKERFILE),
+        )
     return TrainerImageArgs(
-        image_name=f"{cfg.registry}/{name}" if push else name,
+        image_name=image_name,
         context=_relative(REPO_ROOT),
         dockerfile=_relative(DOCKERFILE),
         build_args=variant_build_args(gpu),
@@ -160,7 +201,15 @@ def image_args(cfg: ImageConfig, *, gpu: bool, cluster_kind: str) -> TrainerImag
         ),
         docker_host=cfg.docker_host,
         docker_cert_path=cfg.docker_cert_path,
+        code=code,
     )
+
+
+def image_digest(content_id: str) -> str:
+    """The ``sha256:`` digest in an image's content id (``repo@sha256:...`` or an image ID);
+    ``""`` when it holds none (a prebuilt reference by tag)."""
+    _, _, digest = content_id.rpartition("@")
+    return digest if digest.startswith("sha256:") else ""
 
 
 @dataclass(frozen=True)
@@ -216,19 +265,25 @@ def require_digest_ref(repo_digest: str | None, image_name: str) -> str:
 
 
 class TrainerImage(Component):
-    """Builds the trainer image (and pushes it for cloud stacks).
+    """Builds the trainer image (and pushes it for cloud stacks), then, with ``args.code``, the
+    image with the user's code on top of it.
 
     Attributes:
-        image: the ``docker.Image`` child.
-        image_ref: the container ``image`` for the worker StatefulSet (see module docstring).
+        image: the trainer's ``docker.Image`` child.
+        code_image: the ``docker.Image`` child with the user's code; ``None`` without
+            ``args.code``.
+        image_ref: the container ``image`` for the worker StatefulSet (see module docstring):
+            of the code image when there is one, else of the trainer image.
         pull_policy: the container ``imagePullPolicy`` (``Never`` or ``Always``).
-        image_name: the tagged name that was built (``<repo>:<tag>`` or with the registry).
-        content_id: changes whenever the built image changes (the image ID on minikube, the
-            digest reference on cloud). On minikube ``image_ref`` is a reused tag, so put this
-            into a pod-template annotation to roll the workers after a rebuild.
+        image_name: the tagged name the workers run (``<repo>:<tag>[-code]``, with the registry
+            on cloud).
+        content_id: changes whenever the image the workers run changes (the image ID on
+            minikube, the digest reference on cloud). On minikube ``image_ref`` is a reused
+            tag, so put this into a pod-template annotation to roll the workers after a rebuild.
     """
 
     image: docker.Image
+    code_image: docker.Image | None
     image_ref: pulumi.Output[str]
     pull_policy: str
     image_name: pulumi.Output[str]
@@ -257,36 +312,53 @@ class TrainerImage(Component):
                     else None
                 ),
             )
-        image = docker.Image(
-            name,
-            image_name=args.image_name,
-            build=docker.DockerBuildArgs(
-                context=args.context,
-                dockerfile=args.dockerfile,
-                args=dict(args.build_args),
-                platform=args.platform,
-                builder_version=docker.BuilderVersion.BUILDER_BUILD_KIT,
-            ),
-            skip_push=not args.push,
-            registry=registry,
-            # A preview must not spend minutes building a multi-GB image.
-            build_on_preview=False,
-            opts=self.child_opts(provider=provider),
-        )
 
-        self.image = image
-        self.pull_policy = args.pull_policy
-        self.image_name = image.image_name
-        self.content_id = image.repo_digest
-        if args.push:
-            image_name = args.image_name
-            self.image_ref = image.repo_digest.apply(
-                lambda digest: require_digest_ref(digest, image_name)
+        def build(
+            resource: str,
+            image_name: str,
+            context: str,
+            dockerfile: str,
+            build_args: Mapping[str, pulumi.Input[str]],
+        ) -> docker.Image:
+            return docker.Image(
+                resource,
+                image_name=image_name,
+                build=docker.DockerBuildArgs(
+                    context=context,
+                    dockerfile=dockerfile,
+                    args=dict(build_args),
+                    platform=args.platform,
+                    builder_version=docker.BuilderVersion.BUILDER_BUILD_KIT,
+                ),
+                skip_push=not args.push,
+                registry=registry,
+                # A preview must not spend minutes building a multi-GB image.
+                build_on_preview=False,
+                opts=self.child_opts(provider=provider),
             )
-        else:
-            # Derived from the resource's output (not the input string) so that the StatefulSet
-            # depends on the build and never starts before the image exists in the daemon.
-            self.image_ref = image.image_name
+
+        self.image = build(
+            name, args.image_name, args.context, args.dockerfile, dict(args.build_args)
+        )
+        self.code_image = None
+        built = self.image
+        self.image_ref = self._ref(self.image, args.image_name, push=args.push)
+        if args.code is not None:
+            # Inputs from the trainer image's outputs: built after it, and again when it changes.
+            built = self.code_image = build(
+                f"{name}-code",
+                args.code.image_name,
+                args.code.context,
+                args.code.dockerfile,
+                {
+                    BUILD_ARG_TRAINER_IMAGE: self.image_ref,
+                    BUILD_ARG_TRAINER_IMAGE_ID: self.image.repo_digest.apply(image_digest),
+                },
+            )
+            self.image_ref = self._ref(built, args.code.image_name, push=args.push)
+        self.pull_policy = args.pull_policy
+        self.image_name = built.image_name
+        self.content_id = built.repo_digest
         self.register_outputs(
             {
                 "image_ref": self.image_ref,
@@ -295,61 +367,11 @@ class TrainerImage(Component):
             }
         )
 
-
-def _strip_tag(image_name: str) -> str:
-    """``registry:5000/repo:tag`` -> ``registry:5000/repo`` (a ``:`` after the last ``/``)."""
-    head, _, last = image_name.rpartition("/")
-    name = last.split(":", 1)[0]
-    return f"{head}/{name}" if head else name
-
-
-def mock_image_outputs(type_: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Outputs a real ``docker.Image`` create would return, for ``pulumi.runtime.Mocks``.
-
-    Offline renders and unit tests have no Docker daemon. The ``repoDigest`` returned here is a
-    PLACEHOLDER: ``sha256`` of the image's non-secret inputs (name, build arguments, platform,
-    push flag), deterministic so that renders are reproducible, never the digest of a real
-    image. A pushed image gets ``<repo>@sha256:<hex>``; a local one the image-ID form
-    ``sha256:<hex>``, as pulumi-docker returns for local builds.
-
-    Args:
-        type_: the resource type token; only ``docker:index/image:Image`` gets build outputs.
-        inputs: the resource inputs as the mock receives them (camelCase).
-
-    Returns:
-        The inputs plus the computed outputs; other ``docker`` types get their inputs back.
-    """
-    outputs = dict(inputs)
-    if type_ != "docker:index/image:Image":
-        return outputs
-    # Like the real resource, the outputs never echo the registry block (it holds the password).
-    outputs.pop("registry", None)
-    # Inputs that hold a secret (the registry block does) arrive wrapped as RPC secrets.
-    plain = {key: unwrap_rpc_secret(value) for key, value in inputs.items()}
-    image_name = str(plain.get("imageName", ""))
-    build = plain.get("build") or {}
-    skip_push = bool(plain.get("skipPush", False))
-    # The registry block (with the password) stays out of the fingerprint: a digest is public.
-    fingerprint = {
-        "imageName": image_name,
-        "args": dict(sorted((build.get("args") or {}).items())),
-        "platform": build.get("platform"),
-        "target": build.get("target"),
-        "skipPush": skip_push,
-    }
-    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
-    registry_server = (plain.get("registry") or {}).get("server") or ""
-    outputs.update(
-        {
-            "imageName": image_name,
-            "baseImageName": image_name,
-            "registryServer": registry_server,
-            "context": build.get("context", "."),
-            "dockerfile": build.get("dockerfile", "Dockerfile"),
-            "platform": build.get("platform"),
-            "repoDigest": (
-                f"sha256:{digest}" if skip_push else f"{_strip_tag(image_name)}@sha256:{digest}"
-            ),
-        }
-    )
-    return outputs
+    @staticmethod
+    def _ref(image: docker.Image, image_name: str, *, push: bool) -> pulumi.Output[str]:
+        """What runs ``image``: its pushed digest reference (cloud), else its local tag."""
+        if push:
+            return image.repo_digest.apply(lambda digest: require_digest_ref(digest, image_name))
+        # Derived from the resource's output (not the input string) so that what uses it
+        # depends on the build and never starts before the image exists in the daemon.
+        return image.image_name

@@ -15,7 +15,7 @@ from infra.admission import WorkerScaleGuard, WorkerScaleGuardArgs
 from infra.autoscaling import Autoscaler, AutoscalerArgs
 from infra.cluster import make_provider
 from infra.config import StackConfig
-from infra.image import PrebuiltImage, TrainerImage, image_args, prebuilt_image
+from infra.image import PrebuiltImage, TrainerImage, image_args, image_digest, prebuilt_image
 from infra.labels import Identity, selector_labels, standard_labels
 from infra.namespace import TrainingNamespace, TrainingNamespaceArgs
 from infra.network import NetworkPolicies, NetworkPoliciesArgs
@@ -81,13 +81,6 @@ class StackOutputs:
         if self.monitoring is not None:
             for output, attribute in MONITORING_OUTPUTS.items():
                 pulumi.export(output, getattr(self.monitoring, attribute))
-
-
-def image_digest(content_id: str) -> str:
-    """The ``sha256:`` digest in an image's content id (``repo@sha256:...`` or an image ID);
-    ``""`` when it holds none (a prebuilt reference by tag)."""
-    _, _, digest = content_id.rpartition("@")
-    return digest if digest.startswith("sha256:") else ""
 
 
 def logs_command(cfg: StackConfig) -> str:

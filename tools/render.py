@@ -38,7 +38,7 @@ import yaml
 from pulumi.runtime import rpc
 
 from infra.config import PROJECT, project_declarations, to_config_text
-from infra.image import mock_image_outputs
+from infra.image_mock import mock_image_outputs
 from tools import pulumi_private
 from tools.pulumi_private import ROOT_STACK_TYPE
 

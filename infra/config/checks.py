@@ -25,11 +25,19 @@ IMAGE_KEYS = {
     "docker_host": "dockerHost",
     "docker_cert_path": "dockerCertPath",
     "platform": "imagePlatform",
+    "code_directory": "codeDirectory",
 }
 """:class:`~infra.config.model.ImageConfig`'s fields and the keys they are read from (empty
 text means ``None`` where the field allows it)."""
 _OPTIONAL_IMAGE_FIELDS = frozenset(
-    {"reference", "registry", "registry_username", "docker_host", "docker_cert_path"}
+    {
+        "reference",
+        "registry",
+        "registry_username",
+        "docker_host",
+        "docker_cert_path",
+        "code_directory",
+    }
 )
 
 

@@ -5,8 +5,10 @@ directly."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from infra.config.errors import PROJECT
+from infra.config.errors import PROJECT, problem
+from infra.config.kinds import PROJECT_DIR
 from infra.config.model import ImageConfig
 
 # Docker reference grammar, simplified: a repository is lowercase path components; a registry
@@ -20,6 +22,14 @@ _IMAGE_REFERENCE = re.compile(
     r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@(?P<digest>sha256:[0-9a-f]{64}))?$"
 )
 _IMAGE_PLATFORM = re.compile(r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")
+_TAG_LONGEST = 128
+
+CODE_TAG_SUFFIX = "-code"
+"""Appended to ``imageTag`` for the image that adds ``codeDirectory`` to the trainer image: the
+same repository (a registry such as ECR needs every repository created beforehand), another
+tag."""
+TRAINER_PACKAGE = "trainer"
+"""The trainer's own package directory (under the project directory): never user code."""
 
 
 def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
@@ -35,8 +45,19 @@ def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
             then required, and a registry user and password go together.
     """
     problems: list[str] = []
+    if cfg.code_directory is not None:
+        problems += code_directory_problems(cfg.code_directory)
     if cfg.reference is not None:
-        return _reference_problems(cfg.reference, pinned=push)
+        if cfg.code_directory is not None:
+            problems.append(
+                problem(
+                    "codeDirectory",
+                    "must be empty when imageReference is set (a prebuilt image is deployed as "
+                    "it is; add your code to it when you build it)",
+                    cfg.code_directory,
+                )
+            )
+        return problems + _reference_problems(cfg.reference, pinned=push)
 
     def check(key: str, value: str | None, pattern: re.Pattern[str], rule: str) -> None:
         if value is None or not pattern.match(value):
@@ -48,6 +69,16 @@ def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
     check("imageTag", cfg.tag, _IMAGE_TAG, "a Docker tag ([A-Za-z0-9_.-], at most 128)")
     if cfg.tag == "latest":
         problems.append(f"{PROJECT}:imageTag: must be a fixed version, not 'latest'; got 'latest'")
+    longest = _TAG_LONGEST - len(CODE_TAG_SUFFIX)
+    if cfg.code_directory is not None and cfg.tag is not None and len(cfg.tag) > longest:
+        problems.append(
+            problem(
+                "imageTag",
+                f"must be at most {longest} characters with codeDirectory (the code image's "
+                f"tag adds {CODE_TAG_SUFFIX!r})",
+                cfg.tag,
+            )
+        )
     check("imagePlatform", cfg.platform, _IMAGE_PLATFORM, "'os/arch[/variant]', e.g. linux/arm64")
     if not push:
         return problems
@@ -93,3 +124,29 @@ def _reference_problems(reference: str, *, pinned: bool) -> list[str]:
             f"'cloud'; got {reference!r}"
         ]
     return []
+
+
+def code_directory_problems(name: str, project_dir: Path = PROJECT_DIR) -> list[str]:
+    """The rules of ``codeDirectory``: a directory, named relative to the project directory (so
+    the stack's state does not depend on where the checkout lives), that exists, and that is
+    neither the project directory, nor one holding it, nor inside the trainer package (the
+    trainer is in the image already; a context holding the project would ship its state,
+    environments and version control)."""
+    rule = _code_directory_rule(name, project_dir)
+    return [] if rule is None else [problem("codeDirectory", rule, name)]
+
+
+def _code_directory_rule(name: str, project_dir: Path) -> str | None:
+    if Path(name).is_absolute():
+        return "must be a directory relative to the project directory, not an absolute path"
+    path = (project_dir / name).resolve()
+    if not path.exists():
+        return "must name an existing directory (relative to the project directory)"
+    if not path.is_dir():
+        return "must name a directory, not a file"
+    root = project_dir.resolve()
+    if path == root or path in root.parents:
+        return "must not be the project directory or hold it (name the directory of your code)"
+    if path.is_relative_to(root / TRAINER_PACKAGE):
+        return f"must not be inside the trainer package ({TRAINER_PACKAGE}/), already in the image"
+    return None

@@ -280,6 +280,15 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             "settings below).",
         ),
         Key(
+            "codeDirectory",
+            IMAGE_TEXT,
+            "",
+            "A directory of your own (relative to the project directory): your --model/--loss "
+            "modules and small data, copied to /opt/tfd/code (on PYTHONPATH) in an image built "
+            "FROM the trainer image, which the workers then run; its own .dockerignore decides "
+            "what goes in. Empty: the trainer image alone. Not with imageReference.",
+        ),
+        Key(
             "imageRepository",
             IMAGE_TEXT,
             "tf-distributed-trainer",

@@ -205,6 +205,9 @@ class ImageConfig:
     Attributes:
         reference: a prebuilt image to deploy instead of building one (``imageReference``);
             ``None`` builds the Dockerfile. The build settings below are then unused.
+        code_directory: the user's code and small data (``codeDirectory``), relative to the
+            project directory, copied into an image built on the trainer image, which the
+            workers then run; ``None``: the trainer image alone.
     """
 
     reference: str | None = None
@@ -216,6 +219,7 @@ class ImageConfig:
     docker_host: str | None = None
     docker_cert_path: str | None = None
     platform: str = default_of("imagePlatform")
+    code_directory: str | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import KUBECONFIG, ROOT, Kube, Project
+from tests.e2e.user_image import USER_CLASSES, USER_DATASET, USER_MODEL, build_user_image
 from trainer import contract
 
 REPOSITORY = "tf-distributed-trainer"
@@ -81,6 +82,64 @@ def test_the_image_trains_to_completion_read_only_and_unprivileged(
     assert {contract.DONE_MARKER, "summary.json"} <= written, sorted(written)
     summary = json.loads(next(checkpoints.rglob("summary.json")).read_text())
     assert summary["final_step"] > 0, summary
+
+
+@pytest.fixture(scope="module")
+def user_built(built: str) -> str:
+    """The user's directory (``tests/e2e/user_code``) built on the trainer image, as
+    ``codeDirectory`` has the stack build it; the image ID."""
+    return build_user_image(built)
+
+
+def test_the_user_image_holds_what_its_dockerignore_lets_in(user_built: str) -> None:
+    probe = (
+        "import json, os, sys; c = '/opt/tfd/code'; "
+        "print(json.dumps({'files': sorted(os.listdir(c)), 'data': sorted(os.listdir(c + '/data')),"
+        " 'owner': os.stat(c + '/my_model.py').st_uid, 'writable': os.access(c, os.W_OK),"
+        " 'path': sys.path, 'uid': os.getuid()}))"
+    )
+    run = docker("run", "--rm", "--network", "none", "--entrypoint", "python", user_built,
+                 "-c", probe)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "my_model.py" in seen["files"] and "data" in seen["files"], seen["files"]
+    assert "write_records.py" not in seen["files"], "the user's .dockerignore was not applied"
+    assert seen["data"] == ["part-0.tfrecord", "part-1.tfrecord"], seen["data"]
+    assert (seen["owner"], seen["writable"], seen["uid"]) == (0, False, 10001), seen
+    # The trainer's own path first: nothing of the user's can shadow the trainer.
+    assert seen["path"].index("/opt/tfd") < seen["path"].index("/opt/tfd/code"), seen["path"]
+
+
+def test_the_user_image_trains_the_users_model_on_the_users_records(
+    user_built: str, tmp_path: Path
+) -> None:
+    checkpoints = tmp_path / "ckpt"
+    checkpoints.mkdir()
+    checkpoints.chmod(0o777)  # the image's user (10001) writes here
+    env = {
+        contract.ENV_STATEFULSET: "tfd-worker",
+        contract.ENV_POD_NAME: "tfd-worker-0",
+        contract.ENV_REPLICAS: "1",
+        contract.ENV_SERVICE: "tfd-workers",
+        contract.ENV_NAMESPACE: "default",
+        contract.ENV_WORKER_HOSTS: f"127.0.0.1:{contract.DEFAULT_GRPC_PORT}",
+        contract.ENV_CHECKPOINT_DIR: "/ckpt",
+    }
+    run = docker(
+        "run", "--rm", "--network", "none", "--read-only", "--tmpfs", "/tmp",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "-v", f"{checkpoints}:/ckpt",
+        *[f"--env={k}={v}" for k, v in env.items()],
+        user_built, "--epochs", "1", "--dataset", USER_DATASET, "--model", USER_MODEL,
+        "--on-done", "exit",
+        timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    summary = json.loads(next(checkpoints.rglob("summary.json")).read_text())
+    assert summary["final_step"] > 0 and summary["num_classes"] == USER_CLASSES, summary
+    manifest = json.loads(next(checkpoints.rglob("manifest.json")).read_text())
+    assert manifest["model"]["builder"] == USER_MODEL, manifest["model"]
+    assert manifest["dataset"]["spec"] == USER_DATASET, manifest["dataset"]
 
 
 def test_the_built_image_is_what_the_engine_deploys(

@@ -252,6 +252,31 @@ INVALID = [
         "image reference",
         "sha256:abc",
     ),
+    # codeDirectory: a directory of the user's, relative to the project directory.
+    ("dev", {P + "codeDirectory": "/tmp"}, "codeDirectory", "not an absolute path", "'/tmp'"),
+    ("dev", {P + "codeDirectory": "no-such-dir"}, "codeDirectory", "existing directory", "'no-"),
+    ("dev", {P + "codeDirectory": "README.md"}, "codeDirectory", "not a file", "'README.md'"),
+    ("dev", {P + "codeDirectory": "."}, "codeDirectory", "the project directory", "'.'"),
+    ("dev", {P + "codeDirectory": ".."}, "codeDirectory", "or hold it", "'..'"),
+    ("dev", {P + "codeDirectory": "trainer"}, "codeDirectory", "trainer package", "'trainer'"),
+    ("prod", {P + "codeDirectory": "trainer/contract"}, "codeDirectory", "trainer package", "con"),
+    (
+        "prod",
+        {
+            P + "codeDirectory": "tests/e2e/user_code",
+            P + "imageReference": "registry.example/tfd/trainer@sha256:" + "a" * 64,
+        },
+        "codeDirectory",
+        "must be empty when imageReference is set",
+        "'tests/e2e/user_code'",
+    ),
+    (
+        "dev",
+        {P + "codeDirectory": "tests/e2e/user_code", P + "imageTag": "v" * 124},
+        "imageTag",
+        "at most 123 characters with codeDirectory",
+        "vvv",
+    ),
     (
         "prod",
         {P + "imageRegistryUsername": "ci-bot"},
@@ -554,3 +579,17 @@ def test_a_value_without_a_type_is_one_problem(overrides, key):
 )
 def test_descriptions_state_the_rule_of_their_key(key, shown):
     assert shown in KEYS[key].description, KEYS[key].description
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({}, None),
+        ({P + "codeDirectory": "tests/e2e/user_code"}, "tests/e2e/user_code"),
+        ({P + "codeDirectory": "tests/e2e/user_code/"}, "tests/e2e/user_code/"),
+    ],
+)
+def test_code_directory_reaches_the_image_config(overrides, expected):
+    values, secret_keys = stack_config("dev", overrides)
+    cfg = parse_config(values, secret_keys, environ={"DOCKER_HOST": "tcp://m:2376"}, stack="dev")
+    assert cfg.image.code_directory == expected, f"dev + {overrides}: image.code_directory"

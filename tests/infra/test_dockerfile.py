@@ -317,10 +317,57 @@ def test_everything_copied_is_in_the_context(
             assert not ignored(probe, ignore_patterns), f"{DOCKERIGNORE} excludes {source}"
 
 
+# --- The image with the user's code (codeDirectory): code-image/Dockerfile. ---
+
+
+@pytest.fixture(scope="module")
+def code_instructions() -> list[Instruction]:
+    return parse(image.CODE_DOCKERFILE.read_text())
+
+
+def test_code_image_builds_on_the_trainer_image_it_is_given(
+    code_instructions: list[Instruction],
+) -> None:
+    path = image.CODE_DOCKERFILE
+    assert args_of(code_instructions, "FROM") == [f"${{{image.BUILD_ARG_TRAINER_IMAGE}}}"], path
+    declared = [rest.partition("=")[0] for rest in args_of(code_instructions, "ARG")]
+    for name in (image.BUILD_ARG_TRAINER_IMAGE, image.BUILD_ARG_TRAINER_IMAGE_ID):
+        assert name in declared, f"{path}: no ARG {name} (the stack passes it)"
+    # No default: a build without the argument fails instead of using some other base.
+    assert f"{image.BUILD_ARG_TRAINER_IMAGE}=" not in " ".join(args_of(code_instructions, "ARG"))
+
+
+def test_code_image_copies_the_context_read_only_onto_the_path(
+    code_instructions: list[Instruction],
+) -> None:
+    path = image.CODE_DOCKERFILE
+    assert args_of(code_instructions, "COPY") == [f". {image.CODE_PATH}/"], (
+        f"{path}: the context must be copied whole (its .dockerignore decides), owned by root"
+    )
+    assert args_of(code_instructions, "RUN") == [], f"{path}: nothing of the user's runs at build"
+    (env,) = args_of(code_instructions, "ENV")
+    # After the trainer image's own PYTHONPATH: the trainer cannot be shadowed.
+    assert env == f'PYTHONPATH="${{PYTHONPATH}}:{image.CODE_PATH}"', f"{path}: ENV {env}"
+    assert args_of(code_instructions, "USER") == [f"{image.IMAGE_UID}:{image.IMAGE_GID}"], path
+    assert args_of(code_instructions, "ENTRYPOINT") == [], f"{path}: the trainer's entrypoint"
+
+
+def test_code_image_reads_the_user_directory_dockerignore() -> None:
+    """pulumi-docker 5 reads ``<context>/.dockerignore`` only for a Dockerfile named
+    ``Dockerfile`` (any other name: ``<context>/<name>.dockerignore``); docker build reads a
+    ``<name>.dockerignore`` beside the Dockerfile first. Both must fall back to the user's."""
+    assert image.CODE_DOCKERFILE.name == "Dockerfile", image.CODE_DOCKERFILE
+    beside = image.CODE_DOCKERFILE.with_name("Dockerfile.dockerignore")
+    assert not beside.exists(), f"{beside} would replace the user directory's .dockerignore"
+
+
 # --- checkov ---
 
 
-def test_checkov_dockerfile_has_no_failed_checks(checkov: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, image.CODE_DOCKERFILE], ids=["trainer", "code"])
+def test_checkov_dockerfile_has_no_failed_checks(
+    checkov: str, tmp_path: Path, dockerfile: Path
+) -> None:
     result = subprocess.run(
         [
             checkov,
@@ -328,7 +375,7 @@ def test_checkov_dockerfile_has_no_failed_checks(checkov: str, tmp_path: Path) -
             "dockerfile",
             "--skip-download",
             "-f",
-            str(DOCKERFILE),
+            str(dockerfile),
             "-o",
             "json",
         ],
@@ -343,9 +390,9 @@ def test_checkov_dockerfile_has_no_failed_checks(checkov: str, tmp_path: Path) -
     report = json.loads(result.stdout)
     summary = report["summary"]
     failed = [c["check_id"] for c in report["results"]["failed_checks"]]
-    assert summary["failed"] == 0 and not failed, f"{DOCKERFILE}: checkov failed {failed}"
-    assert summary["parsing_errors"] == 0, f"{DOCKERFILE}: checkov could not parse it"
-    assert summary["passed"] > 0, f"{DOCKERFILE}: checkov ran no checks"
+    assert summary["failed"] == 0 and not failed, f"{dockerfile}: checkov failed {failed}"
+    assert summary["parsing_errors"] == 0, f"{dockerfile}: checkov could not parse it"
+    assert summary["passed"] > 0, f"{dockerfile}: checkov ran no checks"
 
 
 # --- The image provides everything the trainer imports. ---

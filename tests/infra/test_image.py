@@ -12,7 +12,7 @@ import pulumi
 import pytest
 from pulumi.runtime.rpc import is_rpc_secret, unwrap_rpc_secret
 
-from infra import image
+from infra import image, image_mock
 from infra.config import PROJECT, ConfigError, ImageConfig
 from infra.pod import CONTAINER_NAME
 from tools import render
@@ -25,7 +25,7 @@ DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 
 
 class ImageMocks(pulumi.runtime.Mocks):
-    """Records every resource; docker resources get :func:`image.mock_image_outputs`."""
+    """Records every resource; docker resources get :func:`image_mock.mock_image_outputs`."""
 
     def __init__(self) -> None:
         self.created: list[pulumi.runtime.MockResourceArgs] = []
@@ -33,7 +33,7 @@ class ImageMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         self.created.append(args)
         outputs = (
-            image.mock_image_outputs(args.typ, args.inputs)
+            image_mock.mock_image_outputs(args.typ, args.inputs)
             if args.typ.startswith("docker")
             else dict(args.inputs)
         )
@@ -249,7 +249,7 @@ def test_registry_password_stays_secret(mocks: ImageMocks) -> None:
     assert is_rpc_secret(registry), "docker.Image received the registry block in plain text"
     assert unwrap_rpc_secret(registry)["password"] == PASSWORD
     assert PASSWORD not in str(built.inputs["build"]), "password reached the build (a layer)"
-    assert "registry" not in image.mock_image_outputs(IMAGE_TYPE, built.inputs)
+    assert "registry" not in image_mock.mock_image_outputs(IMAGE_TYPE, built.inputs)
 
 
 def test_mock_outputs_are_deterministic_placeholders() -> None:
@@ -258,10 +258,10 @@ def test_mock_outputs_are_deterministic_placeholders() -> None:
         "build": {"args": {"TF_VARIANT": ""}, "platform": "linux/amd64"},
         "skipPush": False,
     }
-    first = image.mock_image_outputs(IMAGE_TYPE, inputs)
-    assert first == image.mock_image_outputs(IMAGE_TYPE, dict(reversed(inputs.items())))
+    first = image_mock.mock_image_outputs(IMAGE_TYPE, inputs)
+    assert first == image_mock.mock_image_outputs(IMAGE_TYPE, dict(reversed(inputs.items())))
     assert first["repoDigest"].startswith(f"{REGISTRY}/tf-distributed-trainer@sha256:")
-    assert image.mock_image_outputs(PROVIDER_TYPE, {"host": "h"}) == {"host": "h"}
+    assert image_mock.mock_image_outputs(PROVIDER_TYPE, {"host": "h"}) == {"host": "h"}
 
 
 # --- The rendered stacks (the real program under the renderer's mocks). ---
@@ -373,3 +373,165 @@ def test_prebuilt_image_refuses_a_mutable_reference_on_cloud() -> None:
     with pytest.raises(ConfigError, match="pinned by digest"):
         image.prebuilt_image(ImageConfig(reference="trainer:1.0"), cluster_kind="cloud")
     assert image.prebuilt_image(ImageConfig(), cluster_kind="cloud") is None
+
+
+# --- The user's code (codeDirectory): a second image FROM the trainer image. ---
+
+USER_CODE = "tests/e2e/user_code"
+
+
+@pytest.mark.parametrize(
+    ("cluster_kind", "name"),
+    [
+        ("minikube", "tf-distributed-trainer:0.1.0-code"),
+        ("cloud", f"{REGISTRY}/tf-distributed-trainer:0.1.0-code"),
+    ],
+)
+def test_image_args_with_code_directory(cluster_kind: str, name: str) -> None:
+    cfg = ImageConfig(registry=REGISTRY, code_directory=USER_CODE)
+    args = image.image_args(cfg, gpu=False, cluster_kind=cluster_kind)
+    assert args.code is not None, f"{cluster_kind}: codeDirectory built no code image"
+    assert args.code.image_name == name, f"{cluster_kind}: code image name"
+    assert Path(args.code.context).resolve() == image.REPO_ROOT / USER_CODE, args.code.context
+    assert Path(args.code.dockerfile).resolve() == image.CODE_DOCKERFILE, args.code.dockerfile
+    assert not Path(args.code.context).is_absolute(), "state must not hold the checkout's path"
+    assert args.image_name == name.removesuffix("-code"), "the trainer image keeps its name"
+
+
+def test_image_args_without_code_directory_build_the_trainer_image_alone() -> None:
+    assert image.image_args(ImageConfig(), gpu=False, cluster_kind="minikube").code is None
+
+
+@pytest.mark.parametrize(
+    ("cfg", "match"),
+    [
+        (ImageConfig(code_directory="trainer"), r"codeDirectory: must not be inside the trainer"),
+        (ImageConfig(code_directory="/opt/code"), r"codeDirectory: .*not an absolute path"),
+        (ImageConfig(code_directory="nowhere"), r"codeDirectory: must name an existing dir"),
+    ],
+)
+def test_image_args_refuse_a_bad_code_directory(cfg: ImageConfig, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        image.image_args(cfg, gpu=False, cluster_kind="minikube")
+
+
+def test_a_prebuilt_image_takes_no_code_directory() -> None:
+    cfg = ImageConfig(reference="registry.example/t@sha256:" + "a" * 64, code_directory=USER_CODE)
+    with pytest.raises(ConfigError, match=r"codeDirectory: must be empty when imageReference"):
+        image.prebuilt_image(cfg, cluster_kind="cloud")
+
+
+@pytest.mark.parametrize("cluster_kind", ["minikube", "cloud"])
+def test_code_image_is_built_from_the_trainer_image_and_run_by_the_workers(
+    mocks: ImageMocks, cluster_kind: str
+) -> None:
+    def program() -> dict[str, Any]:
+        cfg = cloud_config(code_directory=USER_CODE)
+        args, component = build_component(cfg, gpu=False, cluster_kind=cluster_kind)
+        assert component.code_image is not None
+        return {
+            "ref": component.image_ref,
+            "content": component.content_id,
+            "name": component.image_name,
+            "trainer_digest": component.image.repo_digest,
+            "trainer_name": component.image.image_name,
+            "code_digest": component.code_image.repo_digest,
+            "code_urn": component.code_image.urn,
+        }
+
+    values = {key: value for key, (value, _) in resolve(program).items()}
+    trainer, code = sorted(mocks.of_type(IMAGE_TYPE), key=lambda r: r.name)
+    assert (trainer.name, code.name) == ("trainer", "trainer-code"), "image resource names"
+    assert "TrainerImage$docker:index/image:Image" in values["code_urn"], "code image not parented"
+    assert code.provider == trainer.provider, "the code image must use the same docker provider"
+    build = code.inputs["build"]
+    assert Path(build["dockerfile"]).resolve() == image.CODE_DOCKERFILE, build["dockerfile"]
+    assert Path(build["context"]).resolve() == image.REPO_ROOT / USER_CODE, build["context"]
+    assert build["platform"] == trainer.inputs["build"]["platform"], "code image platform"
+    assert code.inputs["skipPush"] is trainer.inputs["skipPush"], "code image skipPush"
+    assert code.inputs["buildOnPreview"] is False, "a preview must not build the code image"
+    # FROM: the trainer's pushed digest on cloud, its local tag on minikube; plus its digest/ID.
+    base = values["trainer_digest"] if cluster_kind == "cloud" else values["trainer_name"]
+    trainer_id = values["trainer_digest"].rpartition("@")[2]
+    assert build["args"] == {
+        image.BUILD_ARG_TRAINER_IMAGE: base,
+        image.BUILD_ARG_TRAINER_IMAGE_ID: trainer_id,
+    }, f"{cluster_kind}: code image build args"
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", trainer_id), trainer_id
+    # The workers run the code image: its digest on cloud, its tag (and ID) on minikube.
+    assert values["content"] == values["code_digest"], "content_id must follow the code image"
+    assert values["content"] != values["trainer_digest"], "workers would roll on the wrong image"
+    if cluster_kind == "cloud":
+        assert values["ref"] == values["code_digest"], "workers must run the code image digest"
+        assert values["ref"].startswith(f"{REGISTRY}/tf-distributed-trainer@sha256:")
+        assert code.inputs["imageName"] == f"{REGISTRY}/tf-distributed-trainer:0.1.0-code"
+    else:
+        assert values["ref"] == values["name"] == "tf-distributed-trainer:0.1.0-code"
+
+
+def test_a_rebuilt_trainer_image_changes_the_code_image() -> None:
+    """Another trainer build (here another base variant) changes the code image's build inputs
+    (its FROM digest and the trainer image ID), so pulumi-docker rebuilds it and the workers
+    roll; a reused tag on minikube alone would not show the change."""
+    recorders = []
+    refs = []
+    cfg = ImageConfig(code_directory=USER_CODE)
+    for gpu in (False, True):
+        recorder = ImageMocks()
+        pulumi.runtime.set_mocks(recorder, project=PROJECT, stack="test", preview=False)
+
+        def program(gpu: bool = gpu) -> dict[str, Any]:
+            args = image.image_args(cfg, gpu=gpu, cluster_kind="minikube")
+            return {"content": image.TrainerImage("trainer", args).content_id}
+
+        refs.append(resolve(program)["content"][0])
+        recorders.append(recorder)
+    (cpu_code,), (gpu_code,) = (
+        [r for r in rec.of_type(IMAGE_TYPE) if r.name == "trainer-code"] for rec in recorders
+    )
+    cpu_id = cpu_code.inputs["build"]["args"][image.BUILD_ARG_TRAINER_IMAGE_ID]
+    gpu_id = gpu_code.inputs["build"]["args"][image.BUILD_ARG_TRAINER_IMAGE_ID]
+    assert cpu_id != gpu_id, "the trainer image ID must reach the code image's build args"
+    assert refs[0] != refs[1], "the workers' rollout annotation must change with the trainer"
+
+
+@pytest.mark.parametrize(("stack", "push"), [("dev", False), ("prod", True)])
+def test_rendered_stack_with_code_directory_runs_the_code_image(stack: str, push: bool) -> None:
+    result = render.render_stack(stack, {f"{PROJECT}:codeDirectory": USER_CODE})
+    images = {r.name: r for r in result.resources if r.type == IMAGE_TYPE}
+    assert set(images) == {"trainer", "trainer-code"}, f"stack {stack}: images {sorted(images)}"
+    container = _worker_container(result)
+    template = result.one("StatefulSet")["spec"]["template"]
+    code_name = images["trainer-code"].inputs["imageName"]
+    assert code_name.endswith("tf-distributed-trainer:0.1.0-code"), code_name
+    if push:
+        # The mocks' digest of the code image: a function of its inputs (image_mock).
+        expected = image_mock.mock_image_outputs(IMAGE_TYPE, images["trainer-code"].inputs)
+        assert container["image"] == expected["repoDigest"], f"stack {stack}: StatefulSet image"
+        assert DIGEST_REF.match(container["image"]), f"stack {stack}: {container['image']!r}"
+    else:
+        assert container["image"] == code_name, f"stack {stack}: StatefulSet image"
+    annotation = template["metadata"]["annotations"]["tf-distributed.io/image-id"]
+    base = render.render_stack(stack)
+    base_annotation = base.one("StatefulSet")["spec"]["template"]["metadata"]["annotations"][
+        "tf-distributed.io/image-id"
+    ]
+    assert annotation != base_annotation, f"stack {stack}: rollout annotation unchanged"
+    assert result.outputs["image"] == container["image"], f"stack {stack}: image output"
+
+
+def test_the_documented_user_settings_reach_the_workers() -> None:
+    """docs/trainer.md's three settings: the code image, the user's model, the data in it."""
+    result = render.render_stack(
+        "dev",
+        {
+            f"{PROJECT}:codeDirectory": USER_CODE,
+            f"{PROJECT}:dataset": f"{image.CODE_PATH}/data",
+            f"{PROJECT}:trainerFlags": ["model=my_model:build"],
+        },
+    )
+    container = _worker_container(result)
+    assert container["image"] == "tf-distributed-trainer:0.1.0-code", "dev: StatefulSet image"
+    args = container["args"]
+    for flag, value in (("--model", "my_model:build"), ("--dataset", f"{image.CODE_PATH}/data")):
+        assert flag in args and args[args.index(flag) + 1] == value, f"dev: container args {args}"
