@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from tfd.errors import (
@@ -157,12 +158,18 @@ def stop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def runs(args: argparse.Namespace) -> int:
-    from rich.console import Console
+def list_runs(stack: str | None = None, project_dir: Path | None = None) -> dict[str, Any]:
+    """What ``tfd runs --json`` prints, as a dictionary: ``stack``, ``namespace``, ``root``,
+    ``read_utc``, ``read_by``, ``current_run_id`` and ``runs`` (the fields of
+    ``trainer.run_records.RunRecord`` and ``current``), newest first.
 
+    Raises:
+        UsageError: the stack has no worker StatefulSet on the cluster (or see ``StackHandle``).
+        ClusterError: the cluster refused or failed a request, or the reader failed.
+    """
     from tfd.records import RunsReader
 
-    handle, cluster = _open(args)
+    handle, cluster = _open(argparse.Namespace(stack=stack, project_dir=project_dir))
     sts = cluster.statefulset()
     if sts is None:
         raise UsageError(
@@ -171,7 +178,7 @@ def runs(args: argparse.Namespace) -> int:
         )
     doc = RunsReader(cluster.core, cluster.namespace).read(sts, cluster.pods(sts))
     current = (sts["metadata"].get("annotations") or {}).get(RUN_ID_ANNOTATION)
-    out = {
+    return {
         "stack": handle.name,
         "namespace": cluster.namespace,
         "root": doc.get("root"),
@@ -180,6 +187,12 @@ def runs(args: argparse.Namespace) -> int:
         "current_run_id": current,
         "runs": [{**r, "current": r.get("run_id") == current} for r in doc["runs"]],
     }
+
+
+def runs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    out = list_runs(args.stack, args.project_dir)
     if args.json:
         print_json(out)
         return EXIT_OK

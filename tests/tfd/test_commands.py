@@ -242,6 +242,7 @@ def test_runs_json_is_one_document_of_every_run(
     assert (r2["state"], r2["step"], r2["current"], r2["accuracy"]) == ("stopped", 40, True, None)
     (problem,) = r2["problems"]
     assert "r2/summary.json: not JSON" in problem, problem
+    assert commands.list_runs("dev") == doc, "the command prints what list_runs returns"
 
 
 def test_runs_table_for_people(runs_cluster: None, capsys: pytest.CaptureFixture[str]) -> None:
