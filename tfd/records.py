@@ -222,15 +222,23 @@ class RunsReader:
                 _preload_content=False,
             )
             resp.run_forever(timeout=READER_DEADLINE_S)
-            out, err = resp.read_stdout(), resp.read_stderr()
-            code = resp.returncode
-            resp.close()
+            # timeout=0: what is buffered; a connection still open has not ended in time.
+            out, err, ended = resp.read_stdout(timeout=0), resp.read_stderr(timeout=0), True
+            if resp.is_open():
+                ended = False
+                resp.close()
         except ApiException as exc:
             raise _api_error(what, exc) from None
         except Exception as exc:  # noqa: BLE001 - websocket/urllib3 errors: no answer
             raise _api_error(what, exc) from None
-        if code is None:
+        if not ended:
             raise ClusterError(f"{what}: the reader did not end within {READER_DEADLINE_S} s")
+        try:
+            code = resp.returncode
+        except Exception as exc:  # noqa: BLE001 - an error channel without an exit code
+            raise ClusterError(one_line(f"{what}: the reader failed: {exc!r}: {err}")) from None
+        finally:
+            resp.close()
         if code != 0:
             raise ClusterError(one_line(f"{what}: the reader exited {code}: {_failure(err)}"))
         return parse_document(out, what)

@@ -39,15 +39,22 @@ class FakeResp:
     def run_forever(self, timeout: float) -> None:
         self.timeout = timeout
 
-    def read_stdout(self) -> str:
+    def is_open(self) -> bool:
+        return self.code is None and not self.closed
+
+    def read_stdout(self, timeout: float) -> str:
+        assert timeout == 0, "a read that waits could hang on an open connection"
         return self.out
 
-    def read_stderr(self) -> str:
+    def read_stderr(self, timeout: float) -> str:
+        assert timeout == 0, "a read that waits could hang on an open connection"
         return self.err
 
     @property
     def returncode(self) -> int | None:
-        return self.code
+        if self.code == -1:  # the error channel without the exit code's cause
+            raise KeyError("causes")
+        return None if self.is_open() else self.code
 
     def close(self) -> None:
         self.closed = True
@@ -131,8 +138,9 @@ def test_a_running_worker_is_exec_ed_into(prod_sts: dict) -> None:
          "the image has no trainer.run_records"),
         ("", "", None, "did not end within 180 s"),
         ("not json\n", "", 0, "no run records in its output"),
+        ("", "exec failed", -1, "the reader failed: KeyError('causes'): exec failed"),
     ],
-    ids=["reader error", "old image", "no end", "no document"],
+    ids=["reader error", "old image", "no end", "no document", "no exit code"],
 )  # fmt: skip
 def test_an_exec_that_fails_is_one_line(
     prod_sts: dict, out: str, err: str, code: int | None, words: str
