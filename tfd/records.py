@@ -248,8 +248,16 @@ class RunsReader:
         ends."""
         name = pod["metadata"]["name"]
         where = f"reader pod {self.namespace}/{name}"
-        self._call(f"create pod {self.namespace}/{name}", self.core.create_namespaced_pod,
-                   self.namespace, pod)  # fmt: skip
+        try:
+            self._call(f"create pod {self.namespace}/{name}", self.core.create_namespaced_pod,
+                       self.namespace, pod)  # fmt: skip
+        except ClusterError as err:
+            if "exceeded quota" not in str(err):
+                raise
+            # Workers that crash-loop still hold the quota's pods: none runs to exec into.
+            raise ClusterError(
+                f"{err}; the workers' pods hold the namespace quota: tfd stop frees them"
+            ) from None
         try:
             phase, reason = self._wait(name)
             log = self._log(name)

@@ -248,3 +248,13 @@ def test_a_refused_create_is_one_line_naming_it(prod_sts: dict) -> None:
     assert message.startswith("create pod tfd-prod/tfd-worker-runs-") and "HTTP 403" in message
     assert "cannot create" in message, message
     assert [c[0] for c in core.calls] == ["create"], "nothing to delete"
+
+
+def test_a_quota_held_by_crash_looping_workers_says_what_frees_it(prod_sts: dict) -> None:
+    message = "exceeded quota: tfd-workers, requested: pods=1, used: pods=4, limited: pods=4"
+    core = FakeCore(create_error=ApiError(403, message))
+    looping = [pod(n, waiting="CrashLoopBackOff", last_exit=5) for n in range(4)]
+    with pytest.raises(ClusterError) as caught:
+        _reader(core).read(prod_sts, looping)
+    assert str(caught.value).endswith("pods=4; the workers' pods hold the namespace quota: tfd "
+                                      "stop frees them"), caught.value  # fmt: skip
