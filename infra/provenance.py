@@ -1,7 +1,7 @@
 """Where a deployment comes from: the program's source commit and its configuration's digest.
 
-Every ``pulumi up`` records both as stack outputs (``sourceCommit``, ``configHash``, with
-``imageDigest``) and as annotations of the worker StatefulSet
+Every ``pulumi up`` records both, with the image's digest, as stack outputs (``sourceCommit``,
+``configHash``, ``imageDigest``) and as annotations of the worker StatefulSet
 (``trainer.contract.PROVENANCE_ANNOTATIONS``), from which the chief copies them into the run's
 manifest. They are annotations of the StatefulSet's own metadata, not of its pod template: a
 new commit or another setting alone restarts no worker.

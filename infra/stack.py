@@ -139,6 +139,7 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
     image: PrebuiltImage | TrainerImage = (
         prebuilt if trainer_image_args is None else TrainerImage("trainer", trainer_image_args)
     )
+    digest = pulumi.Output.from_input(image.content_id).apply(contract.image_digest)
     namespace = TrainingNamespace("training", TrainingNamespaceArgs.from_config(cfg), on_cluster)
     in_namespace = pulumi.ResourceOptions(providers=[provider], depends_on=[namespace])
     NetworkPolicies("network", NetworkPoliciesArgs.from_config(cfg), in_namespace)
@@ -156,6 +157,7 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
             pull_policy=image.pull_policy,
             image_id=image.content_id,
             source_commit=commit,
+            image_digest=digest,
         ),
         pulumi.ResourceOptions(providers=[provider], depends_on=[namespace, guard]),
     )
@@ -183,7 +185,7 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
         ),
         logs_command=logs_command(cfg),
         image=image.image_ref,
-        image_digest=pulumi.Output.from_input(image.content_id).apply(image_digest),
+        image_digest=digest,
         source_commit=commit,
         config_hash=cfg.config_hash,
         monitoring=monitoring,

@@ -85,7 +85,7 @@ class WorkersArgs:
         cloud: a cloud cluster (longer StatefulSet awaits, :data:`CLOUD_TIMEOUTS`).
         run_target: what the run is asked to do (:func:`run_target`).
         provenance: the StatefulSet's provenance annotations (``infra.provenance``): annotation
-            name -> value.
+            name -> value (the image digest is an output of the image component).
     """
 
     pod: PodArgs
@@ -93,7 +93,7 @@ class WorkersArgs:
     retain_claim: bool
     cloud: bool
     run_target: str
-    provenance: Mapping[str, str] = field(default_factory=dict)
+    provenance: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
 
     @classmethod
     def from_config(
@@ -103,11 +103,13 @@ class WorkersArgs:
         pull_policy: str,
         image_id: pulumi.Input[str] | None = None,
         source_commit: str = "",
+        image_digest: pulumi.Input[str] = "",
     ) -> WorkersArgs:
         """``image``: the container image reference (output of the image component);
         ``pull_policy``: its ``imagePullPolicy``; ``image_id``: changes whenever the image is
         rebuilt (pod-template annotation), optional; ``source_commit``: the program's commit
-        (``infra.provenance.source_commit``)."""
+        (``infra.provenance.source_commit``); ``image_digest``: the image's ``sha256:`` digest
+        (``contract.image_digest``)."""
         return cls(
             pod=PodArgs.from_config(cfg, image, pull_policy, image_id),
             storage=cfg.storage,
@@ -117,6 +119,7 @@ class WorkersArgs:
             provenance={
                 contract.SOURCE_COMMIT_ANNOTATION: source_commit,
                 contract.CONFIG_HASH_ANNOTATION: cfg.config_hash,
+                contract.IMAGE_DIGEST_ANNOTATION: image_digest,
             },
         )
 

@@ -80,6 +80,7 @@ def build_parser() -> Parser:
     logs.add_argument("--since", help="only lines newer than this (e.g. 10m)")
 
     add("stop", "scale the run to zero workers; checkpoints are kept (submit resumes it)")
+    add("runs", "the stack's runs from their records: state, step, accuracy, image, commit")
 
     submit = add("submit", "set the run's settings, pulumi up, follow until it trains")
     which = submit.add_mutually_exclusive_group()

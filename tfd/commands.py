@@ -1,4 +1,4 @@
-"""The commands: ``status``, ``logs``, ``stop`` and ``submit`` (docs/commands.md)."""
+"""The commands: ``status``, ``logs``, ``stop``, ``submit`` and ``runs`` (docs/commands.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from tfd.errors import (
@@ -33,14 +34,16 @@ from tfd.phase import (
     stop_mark,
 )
 from tfd.stack import ROOT, StackHandle
-from tfd.view import StatusView, print_json, status_lines
+from tfd.view import StatusView, print_json, runs_lines, runs_table, status_lines
 
 POLL_S = 3.0
+PIPE_WIDTH = 200
 OUTCOME = {DONE: EXIT_OK, FAILED: EXIT_FAILED, STOPPED: EXIT_STOPPED}
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"status": status, "logs": logs, "stop": stop, "submit": submit}[args.command](args)
+    commands = {"status": status, "logs": logs, "stop": stop, "submit": submit, "runs": runs}
+    return commands[args.command](args)
 
 
 def _handle(args: argparse.Namespace) -> StackHandle:
@@ -154,6 +157,54 @@ def stop(args: argparse.Namespace) -> int:
             f"stopped run {run_id} on stack {handle.name}: {before} -> 0 workers; checkpoints "
             f"kept; resume with: tfd submit --stack {handle.name} --run-id {run_id}"
         )
+    return EXIT_OK
+
+
+def list_runs(stack: str | None = None, project_dir: Path | None = None) -> dict[str, Any]:
+    """What ``tfd runs --json`` prints, as a dictionary: ``stack``, ``namespace``, ``root``,
+    ``read_utc``, ``read_by``, ``current_run_id`` and ``runs`` (the fields of
+    ``trainer.run_records.RunRecord`` and ``current``), newest first.
+
+    Raises:
+        UsageError: the stack has no worker StatefulSet on the cluster (or see ``StackHandle``).
+        ClusterError: the cluster refused or failed a request, or the reader failed.
+    """
+    from tfd.records import RunsReader
+
+    handle, cluster = _open(argparse.Namespace(stack=stack, project_dir=project_dir))
+    sts = cluster.statefulset()
+    if sts is None:
+        raise UsageError(
+            f"stack {handle.name}: no worker StatefulSet on the cluster; the runs are read "
+            "through its pod template (tfd submit, or pulumi up, first)"
+        )
+    doc = RunsReader(cluster.core, cluster.namespace).read(sts, cluster.pods(sts))
+    current = (sts["metadata"].get("annotations") or {}).get(RUN_ID_ANNOTATION)
+    return {
+        "stack": handle.name,
+        "namespace": cluster.namespace,
+        "root": doc.get("root"),
+        "read_utc": doc.get("read_utc"),
+        "read_by": doc.get("read_by"),
+        "current_run_id": current,
+        "runs": [{**r, "current": r.get("run_id") == current} for r in doc["runs"]],
+    }
+
+
+def runs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    out = list_runs(args.stack, args.project_dir)
+    if args.json:
+        print_json(out)
+        return EXIT_OK
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a pipe or a file: whole rows, not cut to 80 columns
+        console = Console(highlight=False, width=PIPE_WIDTH)
+    if out["runs"]:
+        console.print(runs_table(out))
+    for line in runs_lines(out):
+        console.print(line, markup=False)
     return EXIT_OK
 
 

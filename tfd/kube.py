@@ -5,7 +5,8 @@ What ``tfd`` asks of the API server, all in the training namespace: ``get`` the 
 StatefulSet, ``list`` its pods and the namespace's events, ``get pods/log`` (the kubelet serves
 the logs through the API server, so no NetworkPolicy changes and the workers get no new rights),
 and for ``stop``/``submit`` a ``patch`` of the StatefulSet (its stop annotation) and of its
-``scale`` subresource.
+``scale`` subresource; ``runs`` adds ``create pods/exec`` or a reader pod's ``create``, ``get``
+and ``delete`` (:mod:`tfd.records`).
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ import json
 import sys
 from typing import Any, TextIO
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
+from rich.table import Table
 
 from tfd.phase import RunStatus
 
@@ -57,6 +59,48 @@ def status_lines(st: RunStatus) -> list[str]:
     if st.events:
         lines.append("last events:")
         lines.extend(f"  {e}" for e in st.events)
+    return lines
+
+
+def _short(value: str | None, keep: int) -> str:
+    """A digest or commit cut to ``keep`` characters of its hex (``sha256:`` kept)."""
+    if not value:
+        return "-"
+    prefix, _, rest = value.rpartition(":")
+    return f"{prefix}:{rest[:keep]}" if prefix else value[:keep]
+
+
+def runs_table(doc: dict[str, Any]) -> Table:
+    """``tfd runs`` for people: one row per run, newest first; the stack's current run marked
+    ``*``. Digests and commits are cut to 12 characters (``--json`` has them whole)."""
+    table = Table(
+        title=f"runs of stack {doc.get('stack', '-')} ({doc.get('root', '-')})",
+        box=box.SIMPLE_HEAD,
+    )
+    for header in ("run", "state", "step", "accuracy", "started", "duration", "image", "commit"):
+        table.add_column(header, justify="right" if header in ("step", "accuracy") else "left")
+    for r in doc["runs"]:
+        accuracy = r.get("eval_accuracy") if r.get("eval_accuracy") is not None else r["accuracy"]
+        style = PHASE_STYLE.get(r["state"], "")
+        table.add_row(
+            f"{r['run_id']}{' *' if r.get('current') else ''}",
+            f"[{style}]{r['state']}[/]" if style else r["state"],
+            "-" if r["step"] is None else f"{r['step']:,}",
+            _num(accuracy, ".3f"),
+            (r["started_utc"] or "-").replace("T", " ").removesuffix("Z"),
+            duration(r["duration_s"]),
+            _short(r["image_digest"], 12) if r["image_digest"] else (r["image"] or "-"),
+            _short(r["source_commit"], 12),
+        )
+    return table
+
+
+def runs_lines(doc: dict[str, Any]) -> list[str]:
+    """What follows the table: each run's problems (an unreadable record file), and an empty
+    listing said in words."""
+    lines = [] if doc["runs"] else [f"no runs recorded under {doc.get('root', '-')}"]
+    for r in doc["runs"]:
+        lines.extend(f"{r['run_id']}: {problem}" for problem in r.get("problems") or [])
     return lines
 
 

@@ -9,12 +9,14 @@ import hashlib
 import json
 import math
 import shutil
+import time
 from typing import Any
 
 from trainer import runs
 from trainer.checkpoints import first_line, join, write_error, write_text
 from trainer.context import WorkerContext
 from trainer.errors import CheckpointError, DataError, PeerLostError
+from trainer.lease import utc
 from trainer.summaries import Summaries
 
 MODEL_FILE = "model.keras"
@@ -87,7 +89,8 @@ def finish(
         }
         try:
             write_text(join(ctx.root, SUMMARY_FILE), summary_text(summary))
-            runs.write_done(ctx.root, dataclasses.replace(record, run_id=run_id))
+            done = dataclasses.replace(record, run_id=run_id, finished_utc=utc(time.time()))
+            runs.write_done(ctx.root, done)
         except (tf.errors.OpError, OSError) as err:
             raise write_error(err, ctx.root, f"{SUMMARY_FILE} and DONE") from None
     if temp_dir:

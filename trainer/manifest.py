@@ -16,9 +16,9 @@ fields are of two kinds:
 - :data:`INFO_FIELDS` are recorded as they were at the first start and never refuse one: the
   epochs (raising them continues a finished run), the global batch (the world size changes with
   the autoscaler and the step is converted), the precision (checkpoints restore across it) and
-  the image (a new image is a rollout of the same run), and the deployment's source commit and
-  config hash (``contract.PROVENANCE_ANNOTATIONS``). A start that differs logs them in its
-  ``run_manifest`` event (``changed``: field -> [recorded, now]).
+  the image (a new image is a rollout of the same run), and the deployment's source commit,
+  config hash and image digest (``contract.PROVENANCE_ANNOTATIONS``). A start that differs
+  logs them in its ``run_manifest`` event (``changed``: field -> [recorded, now]).
 
 The steps per epoch are a result field although the epochs are not: epoch ``e`` is the shard
 shuffled with seed ``seed + e`` and cut to that many batches, and a resumed worker goes on at

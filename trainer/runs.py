@@ -1,12 +1,13 @@
 """A run's completion record (the ``DONE`` marker) and whether a finished run trains again.
 
 A run is its checkpoint directory (``TFD_CHECKPOINT_DIR=<root>/<run id>``). The chief writes
-``DONE`` last, as one JSON line: the run id, the final step, and the epochs, steps per epoch and
-global batch that step counts. A finished run stays finished, with one exception: the requested
-total steps exceed the final step recorded (``--epochs`` raised with the same run id; another
-``--steps-per-epoch`` is refused before this by the run manifest, ``trainer.manifest``, and
-continues only a run from before the manifest existed); the workers then resume from the last
-checkpoint and write ``DONE`` and ``summary.json`` again at the end. Imports no TensorFlow at
+``DONE`` last, as one JSON line: the run id, the final step, the epochs, steps per epoch and
+global batch that step counts, and when it was written (``finished_utc``). A finished run stays
+finished, with one exception: the requested total steps exceed the final step recorded
+(``--epochs`` raised with the same run id; another ``--steps-per-epoch`` is refused before this
+by the run manifest, ``trainer.manifest``, and continues only a run from before the manifest
+existed); the workers then resume from the last checkpoint and write ``DONE`` and
+``summary.json`` again at the end. Imports no TensorFlow at
 import time.
 """
 
@@ -25,13 +26,16 @@ from trainer.errors import CheckpointError
 @dataclass(frozen=True)
 class DoneRecord:
     """The content of ``DONE``. Markers of earlier versions hold only the final step: their
-    ``steps_per_epoch`` is ``None`` and the run is then finished for good."""
+    ``steps_per_epoch`` is ``None`` and the run is then finished for good. Markers written
+    before the end time was recorded have ``finished_utc`` ``""``."""
 
     final_step: int
     epochs: int | None = None
     steps_per_epoch: int | None = None
     global_batch: int | None = None
     run_id: str = ""
+    finished_utc: str = ""
+    """ISO 8601 UTC time the chief wrote the marker (``trainer.lease.utc``)."""
 
     def to_text(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":")) + "\n"
@@ -50,6 +54,7 @@ class DoneRecord:
                 steps_per_epoch=_opt_int(doc.get("steps_per_epoch")),
                 global_batch=_opt_int(doc.get("global_batch")),
                 run_id=str(doc.get("run_id") or ""),
+                finished_utc=str(doc.get("finished_utc") or ""),
             )
         except (ValueError, KeyError, TypeError):
             raise CheckpointError(

@@ -71,6 +71,7 @@ def test_every_up_records_its_provenance_on_the_statefulset_and_as_outputs():
     assert len(outputs["configHash"]) == 64
     assert annotations[contract.CONFIG_HASH_ANNOTATION] == outputs["configHash"]
     assert outputs["imageDigest"].startswith("sha256:"), outputs["imageDigest"]
+    assert annotations[contract.IMAGE_DIGEST_ANNOTATION] == outputs["imageDigest"], annotations
     # On the StatefulSet's metadata only: a new commit or setting is no rollout.
     template = sts.inputs["spec"]["template"]["metadata"].get("annotations") or {}
     assert not set(contract.PROVENANCE_ANNOTATIONS.values()) & set(template), template

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["logs", "-f", "--worker", "1", "--since", "5m"],
          {"follow": True, "worker": 1, "since": "5m"}),
         (["stop", "--stack", "prod"], {"command": "stop", "stack": "prod"}),
+        (["runs", "--stack", "dev", "--json"], {"command": "runs", "stack": "dev", "json": True}),
         (["submit", "--epochs", "5", "--set", "batchSize=32", "--set", "seed=3", "--follow"],
          {"epochs": 5, "set": ["batchSize=32", "seed=3"], "follow": True, "run_id": None,
           "continue_run": False}),

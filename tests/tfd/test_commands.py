@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,12 +12,12 @@ from pulumi import automation as auto
 
 from tests.tfd.builders import START, pod, progress, sts, worker_log
 from tests.tfd.test_settings import ROOT, current
-from tfd import commands
+from tfd import cli, commands, records
 from tfd.cli import build_parser
-from tfd.errors import UsageError, WaitTimeoutError
+from tfd.errors import ClusterError, UsageError, WaitTimeoutError
 from tfd.phase import STOP_ANNOTATION, Snapshot, derive
 from tfd.view import StatusView
-from trainer import contract
+from trainer import contract, run_records, runs
 
 
 class FakeCluster:
@@ -179,3 +180,114 @@ def test_submit_continue_keeps_the_stacks_run(stack: FakeHandle) -> None:
     assert commands.submit(submit_args("--continue")) == 0
     changes = stack.calls[0][1]
     assert changes.get("tf-distributed:runId", "1") == "1", changes
+
+
+class RunsCluster:
+    """A cluster whose worker StatefulSet runs ``r2``; the records are the trainer's own."""
+
+    namespace = "tfd-dev"
+    core = object()
+
+    def statefulset(self) -> dict:
+        return sts(1, annotations={"tf-distributed.io/run-id": "r2"})
+
+    def pods(self, live: dict) -> list[dict]:
+        return [pod(0)]
+
+
+def _records(root: Path) -> dict:
+    """Two runs written the way the trainer writes them: r1 done, r2 with a checkpoint."""
+    for run_id, created in (("r1", "2026-12-03T09:00:00Z"), ("r2", "2026-12-03T11:00:00Z")):
+        run = root / run_id
+        (run / "checkpoints").mkdir(parents=True)
+        manifest = {"version": 1, "created_utc": created, "image": "tfd:0.1.0",
+                    "image_digest": "sha256:" + "d" * 64, "source_commit": "c" * 40}  # fmt: skip
+        (run / "manifest.json").write_text(json.dumps(manifest))
+        (run / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-40"\n')
+    runs.write_done(str(root / "r1"), runs.DoneRecord(96, 3, 32, 128, "r1", "2026-12-03T09:30:00Z"))
+    summary = {"final_step": 96, "accuracy": 0.9, "eval_accuracy": 0.875, "loss": 0.3}
+    (root / "r1" / "summary.json").write_text(json.dumps(summary))
+    (root / "r2" / "summary.json").write_text("{cut short")
+    return run_records.document(str(root))
+
+
+@pytest.fixture
+def runs_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    class Handle:
+        name = "dev"
+
+    doc = _records(tmp_path)
+    monkeypatch.setattr(commands, "_open", lambda args: (Handle(), RunsCluster()))
+    monkeypatch.setattr(
+        records.RunsReader, "read", lambda self, sts, pods: {**doc, "read_by": "exec tfd-worker-0"}
+    )
+
+
+def test_runs_json_is_one_document_of_every_run(
+    runs_cluster: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["runs", "--stack", "dev", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"stack", "namespace", "root", "read_utc", "read_by", "current_run_id",
+                        "runs"}, doc  # fmt: skip
+    assert (doc["stack"], doc["current_run_id"], doc["read_by"]) == (
+        "dev",
+        "r2",
+        "exec tfd-worker-0",
+    )
+    r2, r1 = doc["runs"]
+    assert (r1["run_id"], r1["state"], r1["step"], r1["accuracy"]) == ("r1", "done", 96, 0.9)
+    assert (r1["eval_accuracy"], r1["duration_s"], r1["current"]) == (0.875, 1800.0, False)
+    assert r1["image_digest"] == "sha256:" + "d" * 64 and r1["source_commit"] == "c" * 40
+    assert (r2["state"], r2["step"], r2["current"], r2["accuracy"]) == ("stopped", 40, True, None)
+    (problem,) = r2["problems"]
+    assert "r2/summary.json: not JSON" in problem, problem
+    assert commands.list_runs("dev") == doc, "the command prints what list_runs returns"
+
+
+def test_runs_table_for_people(runs_cluster: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["runs", "--stack", "dev"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if " r1 " in line or " r2 " in line]
+    assert len(rows) == 2, out
+    assert "r2 *" in rows[0] and "stopped" in rows[0] and "40" in rows[0], rows[0]
+    r1 = rows[1]
+    for text in (
+        "done",
+        "96",
+        "0.875",
+        "2026-12-03 09:00:00",
+        "30 min 00 s",
+        "sha256:dddddddddddd",
+    ):
+        assert text in r1, (text, r1)
+    assert "cccccccccccc" in r1 and "c" * 13 not in r1, r1
+    assert "r2: " in out and "summary.json: not JSON" in out, out
+
+
+def test_runs_errors_are_one_line_with_the_clusters_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Handle:
+        name = "dev"
+
+    class NoWorkers(RunsCluster):
+        def statefulset(self) -> None:
+            return None
+
+    monkeypatch.setattr(commands, "_open", lambda args: (Handle(), NoWorkers()))
+    assert cli.main(["runs", "--stack", "dev"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+    def refused(self: Any, sts: dict, pods: list) -> None:
+        raise ClusterError("create pods/exec tfd-dev/tfd-worker-0: HTTP 403 Forbidden: no")
+
+    monkeypatch.setattr(commands, "_open", lambda args: (Handle(), RunsCluster()))
+    monkeypatch.setattr(records.RunsReader, "read", refused)
+    assert cli.main(["runs", "--stack", "dev", "--json"]) == 5
+    captured = capsys.readouterr()
+    assert (
+        captured.err
+        == "tfd: error: create pods/exec tfd-dev/tfd-worker-0: HTTP 403 Forbidden: no\n"
+    )
+    assert json.loads(captured.out)["exit_code"] == 5

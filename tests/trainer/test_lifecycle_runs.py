@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,7 +59,9 @@ def test_run_identity_with_the_local_launcher(tmp_path: Path):
     start = next(e for e in events if e["event"] == "start")
     assert (start["run_id"], start["start_step"]) == ("run-a", 0), start
     done = runs.read_done(str(tmp_path / "run-a"))
-    assert done == runs.DoneRecord(STEPS_PER_EPOCH, 1, STEPS_PER_EPOCH, 32, "run-a"), done
+    assert done is not None and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", done.finished_utc)
+    wanted = runs.DoneRecord(STEPS_PER_EPOCH, 1, STEPS_PER_EPOCH, 32, "run-a", done.finished_utc)
+    assert done == wanted, done
     written = json.loads((tmp_path / "run-a" / "summary.json").read_text())
     assert written["run_id"] == "run-a"
     before = (tmp_path / "run-a" / "summary.json").stat().st_mtime_ns

@@ -10,7 +10,14 @@ from trainer import contract, runs
 from trainer.config import Config
 from trainer.errors import CheckpointError
 
-RECORD = runs.DoneRecord(final_step=96, epochs=3, steps_per_epoch=32, global_batch=128, run_id="a")
+RECORD = runs.DoneRecord(
+    final_step=96,
+    epochs=3,
+    steps_per_epoch=32,
+    global_batch=128,
+    run_id="a",
+    finished_utc="2026-12-03T10:00:00Z",
+)
 
 
 @pytest.mark.parametrize(
@@ -33,6 +40,9 @@ def test_finished_for(flags: dict[str, int], finished: bool, requested: int):
 def test_old_marker_is_finished_for_good():
     old = runs.DoneRecord.parse("96\n", "DONE")
     assert old == runs.DoneRecord(final_step=96)
+    # A JSON marker from before the end time was recorded: no time, the rest read.
+    text = '{"final_step":96,"epochs":3,"steps_per_epoch":32,"global_batch":128,"run_id":"a"}'
+    assert runs.DoneRecord.parse(text, "DONE") == runs.DoneRecord(96, 3, 32, 128, "a")
     assert old.requested_steps(Config(epochs=100)) is None
     assert old.finished_for(Config(epochs=100))
 

@@ -55,10 +55,21 @@ SOURCE_COMMIT_ANNOTATION = "tf-distributed.io/source-commit"
 """The git commit of the program that last ran ``pulumi up`` (``""``: not a git checkout)."""
 CONFIG_HASH_ANNOTATION = "tf-distributed.io/config-hash"
 """The SHA-256 of the stack's effective configuration (secret values left out)."""
+IMAGE_DIGEST_ANNOTATION = "tf-distributed.io/image-digest"
+"""The ``sha256:`` digest of the image the pod template runs (:func:`image_digest` of the
+image's content id; ``""`` for a prebuilt reference by tag only)."""
 PROVENANCE_ANNOTATIONS: dict[str, str] = {
     "source_commit": SOURCE_COMMIT_ANNOTATION,
     "config_hash": CONFIG_HASH_ANNOTATION,
+    "image_digest": IMAGE_DIGEST_ANNOTATION,
 }
 """Run-manifest field -> StatefulSet annotation. The program writes them on the StatefulSet's
 own metadata, not the pod template, so a new commit or setting restarts no worker; the chief
 copies them from its start-up read into the run's manifest."""
+
+
+def image_digest(content_id: str) -> str:
+    """The ``sha256:`` digest in an image's content id or reference (``repo@sha256:...``, or an
+    image ID ``sha256:...``); ``""`` when it holds none (a reference by tag only)."""
+    _, _, digest = content_id.rpartition("@")
+    return digest if digest.startswith("sha256:") else ""

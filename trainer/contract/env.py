@@ -112,7 +112,7 @@ LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
 DONE_MARKER = "DONE"
 """File the chief writes into the checkpoint directory once the final model is saved (JSON:
-``run_id``, ``final_step``, ``epochs``, ``steps_per_epoch``, ``global_batch``)."""
+``run_id``, ``final_step``, ``epochs``, ``steps_per_epoch``, ``global_batch``, ``finished_utc``)."""
 REPLICAS_SOURCES = ("env", "api")
 
 
