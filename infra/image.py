@@ -37,6 +37,7 @@ from infra.component import Component
 from infra.config import CLUSTER_KINDS, PROJECT, ConfigError, ImageConfig, image_problems
 from infra.config.image import CODE_TAG_SUFFIX
 from infra.config.kinds import PROJECT_DIR
+from trainer import contract
 
 COMPONENT_TYPE = "tfd:infra:TrainerImage"
 
@@ -205,13 +206,6 @@ def image_args(cfg: ImageConfig, *, gpu: bool, cluster_kind: str) -> TrainerImag
     )
 
 
-def image_digest(content_id: str) -> str:
-    """The ``sha256:`` digest in an image's content id (``repo@sha256:...`` or an image ID);
-    ``""`` when it holds none (a prebuilt reference by tag)."""
-    _, _, digest = content_id.rpartition("@")
-    return digest if digest.startswith("sha256:") else ""
-
-
 @dataclass(frozen=True)
 class PrebuiltImage:
     """A prebuilt image (``imageReference``): nothing is built or pushed, the workers run it.
@@ -352,7 +346,7 @@ class TrainerImage(Component):
                 args.code.dockerfile,
                 {
                     BUILD_ARG_TRAINER_IMAGE: self.image_ref,
-                    BUILD_ARG_TRAINER_IMAGE_ID: self.image.repo_digest.apply(image_digest),
+                    BUILD_ARG_TRAINER_IMAGE_ID: self.image.repo_digest.apply(contract.image_digest),
                 },
             )
             self.image_ref = self._ref(built, args.code.image_name, push=args.push)

@@ -15,7 +15,7 @@ from infra.admission import WorkerScaleGuard, WorkerScaleGuardArgs
 from infra.autoscaling import Autoscaler, AutoscalerArgs
 from infra.cluster import make_provider
 from infra.config import StackConfig
-from infra.image import PrebuiltImage, TrainerImage, image_args, image_digest, prebuilt_image
+from infra.image import PrebuiltImage, TrainerImage, image_args, prebuilt_image
 from infra.labels import Identity, selector_labels, standard_labels
 from infra.namespace import TrainingNamespace, TrainingNamespaceArgs
 from infra.network import NetworkPolicies, NetworkPoliciesArgs

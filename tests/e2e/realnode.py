@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,30 @@ def image_named_for(image_id: str) -> str | None:
         if manifest.get("config", {}).get("digest") == image_id:
             return fields[0]
     return None
+
+
+def load_image(image_id: str, reference: str) -> float | None:
+    """The Docker image ``image_id`` in the node's containerd as ``reference`` (a tag): only
+    tagged when containerd holds that build already (it keeps images between clusters), else
+    ``docker save | ctr import``; the seconds the import took, ``None`` when it was held."""
+    docker = subprocess.run(["docker", "tag", image_id, reference], capture_output=True,
+                            text=True, timeout=120, check=False)  # fmt: skip
+    assert docker.returncode == 0, docker.stderr
+    full = f"docker.io/library/{reference}"
+    held = image_named_for(image_id)
+    if held is not None:
+        if held != full:
+            ctr("images", "tag", "--force", held, full)
+        return None
+    started = time.monotonic()
+    save = subprocess.Popen(["docker", "save", reference], stdout=subprocess.PIPE)
+    assert save.stdout is not None
+    result = subprocess.run(
+        ["ctr", "--address", str(CONTAINERD), "-n", "k8s.io", "images", "import", "-"],
+        stdin=save.stdout, capture_output=True, timeout=1200, check=False,
+    )  # fmt: skip
+    assert save.wait() == 0 and result.returncode == 0, result.stderr.decode()[-2000:]
+    return time.monotonic() - started
 
 
 def container_pid(namespace: str, pod: str) -> int:

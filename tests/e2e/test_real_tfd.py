@@ -2,8 +2,9 @@
 own kubeconfig secret): a run submitted with ``--follow`` whose steps move and whose ETA falls,
 ``status`` while it trains, a worker killed with SIGKILL shown as restarting and counted,
 ``logs -f`` across the restart, done with exit code 0; a second ``submit`` that starts a new
-run from step 0; ``stop`` to zero and ``submit`` of the stopped run resuming from its
-checkpoint.
+run from step 0 that trains the user's own model on the user's TFRecords (its image built on
+the trainer's as ``codeDirectory`` has the stack build it); ``stop`` to zero and ``submit`` of
+the stopped run resuming from its checkpoint; ``runs`` listing both from their records.
 
 The tests run in file order on one stack (each step needs the one before).
 """
@@ -26,6 +27,13 @@ from tests.e2e.harness import ROOT, Kube, Project
 from tests.e2e.test_image import built, docker  # noqa: F401 - fixtures and helper
 from tests.e2e.test_real_training import log_figure, node_image  # noqa: F401 - fixture
 from tests.e2e.test_tfd import project_with_program, status, tfd
+from tests.e2e.user_image import (
+    USER_CLASSES,
+    USER_DATASET,
+    USER_FLAGS,
+    build_user_image,
+    tag_of,
+)
 from trainer import contract
 
 pytestmark = [pytest.mark.real_node, pytest.mark.timeout(1800)]
@@ -105,6 +113,17 @@ def project(new_project: Callable[..., Project], node_image: str) -> Project:  #
     }
     stack = realnode.real_stack(new_project, "tfdreal", NS, node_image, settings)
     return project_with_program(stack)
+
+
+@pytest.fixture(scope="module")
+def user_node_image(built: str, real_node: str) -> str:  # noqa: F811 - the fixture
+    """The user's image (``tests/e2e/user_code`` on the trainer image) in the node's containerd."""
+    image_id = build_user_image(built)
+    reference = tag_of(image_id, "-code")
+    seconds = realnode.load_image(image_id, reference)
+    if seconds is not None:
+        log_figure("docker save | ctr import of the user's image", seconds)
+    return reference
 
 
 def wait_status(
@@ -260,9 +279,13 @@ def test_logs_follow_shows_both_workers_across_the_restart(first_run: dict[str, 
     assert any(e["event"] == "done" for _, e in trainer_events(logs, 0)), logs.text()
 
 
-def test_a_second_submit_starts_a_new_run_from_step_0(project: Project, kube: Kube) -> None:
+def test_a_second_submit_starts_a_new_run_of_the_users_model_from_step_0(
+    project: Project, kube: Kube, user_node_image: str
+) -> None:
     result = tfd(
-        project, "submit", "--epochs", str(SECOND_EPOCHS), "--json", "--timeout", "10m",
+        project, "submit", "--epochs", str(SECOND_EPOCHS), "--image", user_node_image,
+        "--set", f"dataset={USER_DATASET}", "--set", f"trainerFlags={json.dumps(USER_FLAGS)}",
+        "--json", "--timeout", "10m",
         timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
@@ -277,6 +300,9 @@ def test_a_second_submit_starts_a_new_run_from_step_0(project: Project, kube: Ku
         120, 2,
     )  # fmt: skip
     assert events[0]["run_id"] == run_id and events[0]["start_step"] == 0, events[0]
+    # The user's model (its output width is the records' classes) on the user's records.
+    assert events[0]["num_classes"] == USER_CLASSES, events[0]
+    assert USER_DATASET in events[0]["dataset"], events[0]
     assert not [e for e in current_events(project, 0) if e["event"] == "resume"], "it resumed"
     RUNS["second"] = run_id
 
@@ -317,3 +343,42 @@ def test_stop_scales_to_zero_and_submit_of_the_stopped_run_resumes_it(
     human = tfd(project, "status")
     print(f"[tfd output] tfd status while the resumed run trains:\n{human.stdout}")
     assert tfd(project, "stop").returncode == 0
+
+
+def runs_of(project: Project) -> dict[str, Any]:
+    result = tfd(project, "runs", "--json", timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return json.loads(result.stdout)
+
+
+def test_runs_lists_both_runs_from_their_records(
+    project: Project,
+    kube: Kube,
+    node_image: str,  # noqa: F811 - the fixture
+    user_node_image: str,
+) -> None:
+    kube.wait_for("no worker pod", lambda: not kube.items("pods", NS, WORKERS), 120, 1)
+
+    def settled() -> dict[str, Any] | None:
+        doc = runs_of(project)
+        states = {r["run_id"]: r["state"] for r in doc["runs"]}
+        return doc if states.get(RUNS["second"]) == "stopped" else None
+
+    doc = kube.wait_for("the stopped run's lease released or expired", settled, 120, 5)
+    assert doc["read_by"].startswith("pod "), doc["read_by"]  # no worker runs: a reader pod
+    runs = {r["run_id"]: r for r in doc["runs"]}
+    assert set(runs) == {"first", RUNS["second"]}, sorted(runs)
+    first, second = runs["first"], runs[RUNS["second"]]
+    assert first["state"] == "done" and first["step"] == FIRST_EPOCHS * STEPS_PER_EPOCH, first
+    assert first["accuracy"] is not None and first["duration_s"] > 0, first
+    assert first["image"] == node_image and second["image"] == user_node_image, (first, second)
+    # A reference by tag holds no digest (the stack's imageDigest is empty too); the stack's
+    # own build (pulumi-docker) or a reference by digest gives one.
+    for run in (first, second):
+        assert run["image_digest"] == contract.image_digest(run["image"]), run
+        assert run["started_utc"] and not run["problems"], run
+    assert second["step"] > 0 and second["accuracy"] is None, second
+    assert not kube.items("pods", NS), "the reader pod was left behind"
+    human = tfd(project, "runs")
+    assert human.returncode == 0, human.stderr
+    print(f"[tfd output] tfd runs:\n{human.stdout}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,22 +42,9 @@ def log_figure(name: str, seconds: float) -> None:
 def node_image(built: str, real_node: str) -> str:  # noqa: F811 - the fixture
     """The built trainer image, in the node's containerd under a tag naming the build."""
     reference = f"{REPOSITORY}:{built.removeprefix('sha256:')[:12]}"
-    assert docker("tag", built, reference).returncode == 0
-    # containerd keeps its images between clusters: the same build is only tagged.
-    held = realnode.image_named_for(built)
-    if held is not None:
-        if held != f"docker.io/library/{reference}":
-            realnode.ctr("images", "tag", "--force", held, f"docker.io/library/{reference}")
-        return reference
-    started = time.monotonic()
-    save = subprocess.Popen(["docker", "save", reference], stdout=subprocess.PIPE)
-    assert save.stdout is not None
-    result = subprocess.run(
-        ["ctr", "--address", str(realnode.CONTAINERD), "-n", "k8s.io", "images", "import", "-"],
-        stdin=save.stdout, capture_output=True, timeout=1200, check=False,
-    )  # fmt: skip
-    assert save.wait() == 0 and result.returncode == 0, result.stderr.decode()[-2000:]
-    log_figure("docker save | ctr import of the trainer image", time.monotonic() - started)
+    seconds = realnode.load_image(built, reference)
+    if seconds is not None:
+        log_figure("docker save | ctr import of the trainer image", seconds)
     return reference
 
 
