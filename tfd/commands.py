@@ -14,6 +14,7 @@ from tfd.errors import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_STOPPED,
+    RunFailedError,
     StackError,
     TfdError,
     UsageError,
@@ -300,6 +301,7 @@ def _up(handle: StackHandle, cluster: Cluster, view: StatusView, as_json: bool) 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     seen = ""
+    failed: RunStatus | None = None
     while thread.is_alive():
         wait(POLL_S, lambda: not thread.is_alive())
         if not thread.is_alive():
@@ -311,7 +313,16 @@ def _up(handle: StackHandle, cluster: Cluster, view: StatusView, as_json: bool) 
         if st.phase in ("pending", FAILED) and st.reason != seen:
             seen = st.reason
             view.show(st)
+        # A worker's own error (or an image that never starts) does not heal: the engine would
+        # wait for the workers' readiness until its timeout (10 to 30 min). Stop that wait.
+        if st.phase == FAILED and failed is None and handle.cancel_update():
+            failed = st
     thread.join()
+    if failed is not None:
+        raise RunFailedError(
+            f"{failed.reason} (pulumi up stopped waiting for the workers; fix the setting and "
+            "submit again)"
+        )
     if "error" in outcome:
         raise outcome["error"]
     if "result" not in outcome:

@@ -56,6 +56,12 @@ class ClusterError(TfdError):
     exit_code = EXIT_UNAVAILABLE
 
 
+class RunFailedError(TfdError):
+    """The run failed while ``tfd`` waited for it (the cause is the worker's own line)."""
+
+    exit_code = EXIT_FAILED
+
+
 class WaitTimeoutError(TfdError):
     """``--timeout`` passed."""
 

@@ -8,6 +8,8 @@ kubeconfig) is read decrypted into memory to reach the cluster, and never printe
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +152,26 @@ class StackHandle:
                     f"config set {key}", self.stack.set_config, key, auto.ConfigValue(value=value)
                 )
         self._config = None
+
+    def cancel_update(self) -> bool:
+        """Ask the ``pulumi up`` this process runs to stop, as Ctrl-C asks it: the engine stops
+        waiting for the provider (the workers' readiness) and records what exists, and ``up``
+        ends with an error. ``True`` when there was one to ask. The Automation API runs the
+        CLI as a child process and gives no handle on it, hence the process table (``psutil``);
+        on Windows, where a console interrupt cannot be sent to one child, nothing is sent."""
+        import psutil
+
+        if os.name == "nt":
+            return False
+        asked = False
+        for child in psutil.Process().children():
+            try:
+                if child.name() == "pulumi" and "up" in child.cmdline():
+                    child.send_signal(signal.SIGINT)
+                    asked = True
+            except psutil.Error:  # ended meanwhile
+                continue
+        return asked
 
     def up(
         self, on_output: Callable[[str], None] | None, on_event: Callable[[Any], None] | None

@@ -279,19 +279,42 @@ def test_logs_follow_shows_both_workers_across_the_restart(first_run: dict[str, 
     assert any(e["event"] == "done" for _, e in trainer_events(logs, 0)), logs.text()
 
 
-def test_a_second_submit_starts_a_new_run_of_the_users_model_from_step_0(
+def test_a_failing_setting_ends_submit_with_the_workers_own_error(
     project: Project, kube: Kube, user_node_image: str
 ) -> None:
+    # The user's model on the user's records with a fixed --steps-per-epoch (the stack's):
+    # the records are not counted, so the trainer cannot tell the classes and refuses.
+    started = time.monotonic()
     result = tfd(
         project, "submit", "--epochs", str(SECOND_EPOCHS), "--image", user_node_image,
         "--set", f"dataset={USER_DATASET}", "--set", f"trainerFlags={json.dumps(USER_FLAGS)}",
+        timeout=900,
+    )  # fmt: skip
+    waited = time.monotonic() - started
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-3000:]
+    assert "the number of classes is unknown" in result.stderr, out[-3000:]
+    assert "pulumi up stopped waiting for the workers" in result.stderr, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    log_figure("tfd submit of a failing setting to its exit 1", waited)
+    print(f"[tfd output] tfd submit of a failing setting:\n{result.stderr[-1500:]}")
+    RUNS["second"] = project.stack.get_config("tf-distributed:runId").value
+
+
+def test_a_second_submit_starts_a_new_run_of_the_users_model_from_step_0(
+    project: Project, kube: Kube
+) -> None:
+    # The same run with the setting the error asked for (it never trained: nothing to keep).
+    flags = [*USER_FLAGS, f"num-classes={USER_CLASSES}"]
+    result = tfd(
+        project, "submit", "--continue", "--set", f"trainerFlags={json.dumps(flags)}",
         "--json", "--timeout", "10m",
         timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     docs = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     run_id = docs[0]["run_id"]
-    assert run_id != "first" and docs[0]["continues"] is False, docs[0]
+    assert run_id == RUNS["second"] != "first", docs[0]
     assert docs[-1]["phase"] == "training" and docs[-1]["run_id"] == run_id, docs[-1]
     # A new run directory: nothing resumed, the run's first start began at step 0.
     events = kube.wait_for(
@@ -304,7 +327,6 @@ def test_a_second_submit_starts_a_new_run_of_the_users_model_from_step_0(
     assert events[0]["num_classes"] == USER_CLASSES, events[0]
     assert USER_DATASET in events[0]["dataset"], events[0]
     assert not [e for e in current_events(project, 0) if e["event"] == "resume"], "it resumed"
-    RUNS["second"] = run_id
 
 
 def test_stop_scales_to_zero_and_submit_of_the_stopped_run_resumes_it(

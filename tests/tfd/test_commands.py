@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from tests.tfd.builders import START, pod, progress, sts, worker_log
 from tests.tfd.test_settings import ROOT, current
 from tfd import cli, commands, records
 from tfd.cli import build_parser
-from tfd.errors import ClusterError, UsageError, WaitTimeoutError
+from tfd.errors import ClusterError, RunFailedError, StackError, UsageError, WaitTimeoutError
 from tfd.phase import STOP_ANNOTATION, Snapshot, derive
 from tfd.view import StatusView
 from trainer import contract, run_records, runs
@@ -291,3 +292,48 @@ def test_runs_errors_are_one_line_with_the_clusters_code(
         == "tfd: error: create pods/exec tfd-dev/tfd-worker-0: HTTP 403 Forbidden: no\n"
     )
     assert json.loads(captured.out)["exit_code"] == 5
+
+
+class FailingRunHandle(FakeHandle):
+    """``up`` waits for the workers as the engine does, until ``tfd`` asks it to stop; it then
+    ends with the engine's error, as a cancelled ``up`` does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelled = threading.Event()
+
+    def up(self, on_output: Any, on_event: Any) -> object:
+        self.calls.append(("up", None))
+        assert self.cancelled.wait(10), "tfd never stopped pulumi up"
+        raise StackError("pulumi up --stack e2e: error: update canceled")
+
+    def cancel_update(self) -> bool:
+        self.calls.append(("cancel_update", None))
+        self.cancelled.set()
+        return True
+
+
+def test_submit_stops_up_when_a_worker_fails_and_says_why(
+    stack: FakeHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = FailingRunHandle()
+    monkeypatch.setattr(commands, "_handle", lambda args: handle)
+    why = "--model my_model:build: the number of classes is unknown; set --num-classes"
+    failing = Snapshot(
+        sts(2, 0),
+        [pod(0, ready=False, waiting="CrashLoopBackOff", last_exit=6), pod(1, ready=False)],
+        logs={0: worker_log(0, previous=(f"trainer: error: {why}",))},
+    )
+    monkeypatch.setattr(
+        commands.Cluster,
+        "connect",
+        classmethod(lambda cls, access, ns, name: FakeCluster(failing)),
+    )
+    with pytest.raises(RunFailedError) as err:
+        commands.submit(submit_args("--epochs", "4"))
+    assert str(err.value) == (
+        f"worker 0 exited 6: {why} (pulumi up stopped waiting for the workers; fix the "
+        "setting and submit again)"
+    )
+    assert err.value.exit_code == 1
+    assert [c for c, _ in handle.calls] == ["set_config", "up", "cancel_update"], handle.calls

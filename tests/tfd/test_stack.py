@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
 import pytest
 from pulumi import automation as auto
 
@@ -38,3 +44,31 @@ def test_the_cluster_is_the_one_the_stacks_provider_uses(config: dict, access: A
 def test_the_kubeconfig_is_never_in_a_message() -> None:
     text = repr(handle(kubeconfig="client-key-data: SECRET").access())
     assert "SECRET" not in text and "<secret>" in text
+
+
+def _fake_cli(tmp_path: Path) -> Path:
+    """A ``pulumi`` executable that exits 42 on SIGINT (the real CLI cancels gracefully)."""
+    cli = tmp_path / "pulumi"
+    cli.write_text("#!/bin/sh\ntrap 'exit 42' INT\nsleep 30 &\nwait\n")
+    cli.chmod(0o755)
+    return cli
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+def test_cancel_update_interrupts_this_processs_pulumi_up_only(tmp_path: Path) -> None:
+    cli = _fake_cli(tmp_path)
+    up = subprocess.Popen([str(cli), "--non-interactive", "up", "--yes"])
+    preview = subprocess.Popen([str(cli), "preview"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(psutil.Process().children()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # both shells have set their trap
+        assert StackHandle.cancel_update(None) is True  # type: ignore[arg-type]
+        assert up.wait(10) == 42, "pulumi up was not interrupted"
+        assert preview.poll() is None, "a pulumi that is not an up was interrupted"
+    finally:
+        for proc in (up, preview):
+            proc.kill()
+            proc.wait()
+    assert StackHandle.cancel_update(None) is False  # type: ignore[arg-type]
