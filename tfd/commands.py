@@ -32,7 +32,10 @@ from tfd.phase import (
     RunStatus,
     carried,
     derive,
+    failed_on_new_template,
     stop_mark,
+    stuck_on_old_template,
+    update_revision,
 )
 from tfd.stack import ROOT, StackHandle
 from tfd.view import StatusView, print_json, runs_lines, runs_table, status_lines
@@ -288,8 +291,12 @@ def _up(handle: StackHandle, cluster: Cluster, view: StatusView, as_json: bool) 
             op = getattr(meta.op, "value", meta.op)
             print_json({"event": "resource", "op": str(op), "type": meta.type, "urn": meta.urn})
 
+    quiet = threading.Event()
+
     def on_output(line: str) -> None:
-        if not as_json:  # the engine's own lines, as pulumi up prints them (not re-wrapped)
+        # The engine's own lines, as pulumi up prints them (not re-wrapped); after tfd has
+        # stopped the update, only the noise of its interruption would follow.
+        if not as_json and not quiet.is_set():
             print(line.rstrip("\n"), flush=True)
 
     def target() -> None:
@@ -298,30 +305,52 @@ def _up(handle: StackHandle, cluster: Cluster, view: StatusView, as_json: bool) 
         except TfdError as err:
             outcome["error"] = err
 
+    try:
+        before = update_revision(cluster.statefulset())
+    except TfdError:
+        before = None  # no namespace yet: every template is new
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     seen = ""
-    failed: RunStatus | None = None
+    failed: str | None = None
+    replaced: set[str] = set()
+    say = _sayer(as_json, view)
     while thread.is_alive():
         wait(POLL_S, lambda: not thread.is_alive())
         if not thread.is_alive():
             break
         try:
-            st = derive(cluster.snapshot(deploying=True))
+            snap = cluster.snapshot(deploying=True)
         except TfdError:
             continue  # the namespace may not exist yet
+        st = derive(snap)
         if st.phase in ("pending", FAILED) and st.reason != seen:
             seen = st.reason
             view.show(st)
-        # A worker's own error (or an image that never starts) does not heal: the engine would
-        # wait for the workers' readiness until its timeout (10 to 30 min). Stop that wait.
-        if st.phase == FAILED and failed is None and handle.cancel_update():
-            failed = st
+        # A worker of the new template failing with its own error (or an image that never
+        # starts) does not heal: the engine would wait for the workers' readiness until its
+        # timeout (10 to 30 min). Stop that wait.
+        for name in stuck_on_old_template(snap, before):
+            if name not in replaced:
+                replaced.add(name)
+                cluster.delete_pod(name)
+                say(
+                    {"event": "replaced", "pod": name},
+                    f"{name}: crash-looping on the earlier settings; deleted so that it "
+                    "starts with the new ones now",
+                )
+        why = failed_on_new_template(snap, before) if failed is None else None
+        if why is not None:
+            quiet.set()
+            if handle.cancel_update():
+                failed = why
+            else:
+                quiet.clear()
     thread.join()
     if failed is not None:
         raise RunFailedError(
-            f"{failed.reason} (pulumi up stopped waiting for the workers; fix the setting and "
-            "submit again)"
+            f"{failed} (pulumi up stopped waiting for the workers; fix the setting and submit "
+            "again)"
         )
     if "error" in outcome:
         raise outcome["error"]

@@ -218,6 +218,15 @@ class Cluster:
             field_manager=FIELD_MANAGER,
         )
 
+    def delete_pod(self, pod: str) -> None:
+        """Delete one worker pod (the controller recreates it from the current template)."""
+        self._call(
+            f"delete pod {self.namespace}/{pod}",
+            self.core.delete_namespaced_pod,
+            pod,
+            self.namespace,
+        )
+
     def stream(self, pod: str, since_s: int | None, stop: Callable[[], bool]) -> Iterator[str]:
         """Follow one container's log (with timestamps) until it ends or ``stop()``."""
         from kubernetes.client.rest import ApiException

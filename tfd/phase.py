@@ -260,6 +260,47 @@ def _recent(snap: Snapshot, sts: str) -> list[str]:
     return [text for _, text in sorted(items)[-LAST_EVENTS:]]
 
 
+REVISION_LABEL = "controller-revision-hash"
+"""The StatefulSet controller's label naming the template revision a pod was made from."""
+
+
+def update_revision(sts: Mapping[str, Any] | None) -> str | None:
+    """The StatefulSet's ``status.updateRevision`` (its current template); ``None`` without one."""
+    return _get(sts, "status", "updateRevision") or None
+
+
+def failed_on_new_template(snap: Snapshot, before: str | None) -> str | None:
+    """During ``up``: why a worker of the template this ``up`` wrote has failed (``None`` when
+    none has). The new template is the StatefulSet's update revision when it differs from
+    ``before``, the one ``up`` began with. Workers of the earlier template go on failing as they
+    did until they are replaced (``OnDelete``: an outdated worker deletes its own pod at its
+    next start, after the kubelet's crash-loop back-off), so their failures say nothing of the
+    new settings; an ``up`` that writes no new template is never judged here."""
+    rev = update_revision(snap.statefulset)
+    if rev is None or rev == before:
+        return None
+    fresh = [
+        p for p in snap.pods if (_get(p, "metadata", "labels") or {}).get(REVISION_LABEL) == rev
+    ]
+    return _failure(fresh, snap.logs)
+
+
+def stuck_on_old_template(snap: Snapshot, before: str | None) -> list[str]:
+    """During ``up``: the worker pods of an earlier template than the one this ``up`` wrote that
+    crash-loop (``CrashLoopBackOff``), by name. Such a worker replaces itself only at its next
+    start, after the kubelet's back-off (up to 5 minutes); it trains nothing meanwhile, so
+    deleting it applies the new settings at once."""
+    rev = update_revision(snap.statefulset)
+    if rev is None or rev == before:
+        return []
+    return [
+        str(_get(p, "metadata", "name"))
+        for p in snap.pods
+        if (_get(p, "metadata", "labels") or {}).get(REVISION_LABEL) not in (None, rev)
+        and any(_get(st, "state", "waiting", "reason") == "CrashLoopBackOff" for st in _statuses(p))
+    ]
+
+
 CARRIED = ("step", "total_steps", "epoch", "loss", "accuracy")
 """What a run that has ended keeps from its last reading: the workers that logged it are gone."""
 

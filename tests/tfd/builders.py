@@ -28,18 +28,19 @@ def sts(
     observed: int | None = None,
     annotations: dict[str, str] | None = None,
     generation: int = 4,
+    revision: str | None = None,
 ) -> dict[str, Any]:
+    """``revision``: its ``status.updateRevision``."""
     notes = {"tf-distributed.io/run-id": "r1"}
     notes.update(annotations or {})
     meta: dict[str, Any] = {"name": STS, "annotations": notes, "generation": generation}
-    return {
-        "metadata": meta,
-        "spec": {"replicas": replicas},
-        "status": {
-            "replicas": replicas if observed is None else observed,
-            "readyReplicas": replicas if ready is None else ready,
-        },
+    status: dict[str, Any] = {
+        "replicas": replicas if observed is None else observed,
+        "readyReplicas": replicas if ready is None else ready,
     }
+    if revision is not None:
+        status["updateRevision"] = revision
+    return {"metadata": meta, "spec": {"replicas": replicas}, "status": status}
 
 
 def pod(
@@ -54,8 +55,12 @@ def pod(
     last_reason: str = "Error",
     restarts: int = 0,
     deleting: bool = False,
+    revision: str | None = None,
 ) -> dict[str, Any]:
+    """``revision``: the template revision it was made from (``controller-revision-hash``)."""
     meta: dict[str, Any] = {"name": f"{STS}-{n}"}
+    if revision is not None:
+        meta["labels"] = {"controller-revision-hash": revision}
     if deleting:
         meta["deletionTimestamp"] = "2026-12-03T12:00:00Z"
     status: dict[str, Any] = {"phase": phase, "conditions": []}

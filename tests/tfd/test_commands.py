@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,9 @@ class FakeCluster:
 
     def patch_annotations(self, annotations: dict) -> None:
         self.writes.append(("annotate", annotations))
+
+    def delete_pod(self, name: str) -> None:
+        self.writes.append(("delete", name))
 
     def scale(self, replicas: int) -> None:
         self.writes.append(("scale", replicas))
@@ -294,18 +298,20 @@ def test_runs_errors_are_one_line_with_the_clusters_code(
     assert json.loads(captured.out)["exit_code"] == 5
 
 
-class FailingRunHandle(FakeHandle):
-    """``up`` waits for the workers as the engine does, until ``tfd`` asks it to stop; it then
-    ends with the engine's error, as a cancelled ``up`` does."""
+class WaitingUpHandle(FakeHandle):
+    """``up`` waits for the workers as the engine does: until ``tfd`` asks it to stop (it then
+    ends with the engine's error, as a cancelled ``up`` does), or ``wait_s`` passed."""
 
-    def __init__(self) -> None:
+    def __init__(self, wait_s: float = 10) -> None:
         super().__init__()
         self.cancelled = threading.Event()
+        self.wait_s = wait_s
 
     def up(self, on_output: Any, on_event: Any) -> object:
         self.calls.append(("up", None))
-        assert self.cancelled.wait(10), "tfd never stopped pulumi up"
-        raise StackError("pulumi up --stack e2e: error: update canceled")
+        if self.cancelled.wait(self.wait_s):
+            raise StackError("pulumi up --stack e2e: error: update canceled")
+        return object()
 
     def cancel_update(self) -> bool:
         self.calls.append(("cancel_update", None))
@@ -313,27 +319,72 @@ class FailingRunHandle(FakeHandle):
         return True
 
 
-def test_submit_stops_up_when_a_worker_fails_and_says_why(
+WHY = "--model my_model:build: the number of classes is unknown; set --num-classes"
+
+
+def failing(revision: str, update_revision: str) -> Snapshot:
+    """Worker 0 of template ``revision`` crash-looping with exit 6, the StatefulSet at
+    ``update_revision``."""
+    return Snapshot(
+        sts(2, 0, revision=update_revision),
+        [pod(0, ready=False, waiting="CrashLoopBackOff", last_exit=6, revision=revision),
+         pod(1, ready=False, revision=revision)],
+        logs={0: worker_log(0, previous=(f"trainer: error: {WHY}",))},
+    )  # fmt: skip
+
+
+def connect(monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster) -> None:
+    monkeypatch.setattr(
+        commands.Cluster, "connect", classmethod(lambda cls, access, ns, name: cluster)
+    )
+
+
+def test_submit_stops_up_when_a_worker_of_the_new_template_fails_and_says_why(
     stack: FakeHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    handle = FailingRunHandle()
+    handle = WaitingUpHandle()
     monkeypatch.setattr(commands, "_handle", lambda args: handle)
-    why = "--model my_model:build: the number of classes is unknown; set --num-classes"
-    failing = Snapshot(
-        sts(2, 0),
-        [pod(0, ready=False, waiting="CrashLoopBackOff", last_exit=6), pod(1, ready=False)],
-        logs={0: worker_log(0, previous=(f"trainer: error: {why}",))},
-    )
-    monkeypatch.setattr(
-        commands.Cluster,
-        "connect",
-        classmethod(lambda cls, access, ns, name: FakeCluster(failing)),
-    )
+    connect(monkeypatch, FakeCluster(failing("r2", "r2"), live=sts(2, revision="r1")))
     with pytest.raises(RunFailedError) as err:
         commands.submit(submit_args("--epochs", "4"))
     assert str(err.value) == (
-        f"worker 0 exited 6: {why} (pulumi up stopped waiting for the workers; fix the "
+        f"worker 0 exited 6: {WHY} (pulumi up stopped waiting for the workers; fix the "
         "setting and submit again)"
     )
     assert err.value.exit_code == 1
     assert [c for c, _ in handle.calls] == ["set_config", "up", "cancel_update"], handle.calls
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "deleted"),
+    [
+        # The crash-looping worker would replace itself only after the kubelet's back-off.
+        pytest.param(failing("r1", "r2"), [("delete", "tfd-worker-0")],
+                     id="old template's pods, not replaced yet"),
+        pytest.param(failing("r1", "r1"), [], id="up has not written its template yet"),
+    ],
+)  # fmt: skip
+def test_submit_leaves_up_alone_while_only_the_earlier_templates_workers_fail(
+    stack: FakeHandle, monkeypatch: pytest.MonkeyPatch, snapshot: Snapshot, deleted: list
+) -> None:
+    # The failing pods of the earlier template while up runs, then the new ones training:
+    # up ends once tfd has read every failing snapshot.
+    cluster = FakeCluster(*[snapshot] * 20, TRAINING, live=sts(2, revision="r1"))
+    handle = WaitingUpHandle()
+    monkeypatch.setattr(commands, "_handle", lambda args: handle)
+    monkeypatch.setattr(
+        handle.cancelled, "wait", lambda timeout: _until(lambda: len(cluster.snapshots) == 1)
+    )
+    connect(monkeypatch, cluster)
+    assert commands.submit(submit_args("--epochs", "4")) == 0
+    assert [c for c, _ in handle.calls] == ["set_config", "up"], handle.calls
+    assert cluster.writes == deleted, cluster.writes  # once, however often it is seen
+
+
+def _until(done: Any, timeout: float = 10) -> bool:
+    """False once ``done()`` (the up was not cancelled); fails after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "tfd stopped reading the cluster during up"
+        time.sleep(0.001)
+    return False
