@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--failures", type=int, help="failures per failure run (10)")
     p.add_argument("--pairs", type=int, help="undisturbed/failure pairs (1)")
     p.add_argument("--json", type=Path, help="write every run and figure to this file")
+    p.add_argument("--sync-checkpoints", action="store_true",
+                   help="run the trainer with --sync-checkpoints (the synchronous save, to "
+                   "compare its stall)")  # fmt: skip
     return p
 
 
@@ -174,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             **{
                 **asdict(base),
                 "failure": args.failure,
+                "sync_checkpoints": args.sync_checkpoints,
                 **{k: v for k, v in (("every_s", args.every), ("failures", args.failures),
                                      ("pairs", args.pairs)) if v is not None},
             }

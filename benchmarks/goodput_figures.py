@@ -42,6 +42,8 @@ class GoodputConfig:
     log_every_s: float = 0.5
     seed: int = 1
     timeout_s: float = 3600.0
+    sync_checkpoints: bool = False
+    """The trainer's ``--sync-checkpoints``: the save stall of a synchronous write, to compare."""
 
     def __post_init__(self) -> None:
         if self.failure not in SIGNALS:
@@ -61,6 +63,7 @@ class GoodputConfig:
             "--checkpoint-every", str(self.checkpoint_every),
             "--log-every", str(self.log_every_s),
             "--seed", str(self.seed),
+            *(["--sync-checkpoints"] if self.sync_checkpoints else []),
         ]  # fmt: skip
 
 

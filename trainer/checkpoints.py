@@ -213,8 +213,15 @@ def save(
     metrics: Metrics,
     log: Log,
     is_chief: bool,
+    options: Any = None,
+    t0: float | None = None,
 ) -> None:
     """Save at ``step`` (every worker takes part); a worker's private copy is deleted.
+
+    ``options``: ``tf.train.CheckpointOptions``; with its async write the files are written in
+    the background and :class:`trainer.saver.Saver` waits for them (the checkpoint metrics
+    follow the write, the private copy's deletion waits for it). ``t0``: when the loop
+    stopped for this save.
 
     Raises:
         CheckpointError: the save failed (``no space left on <dir>`` for a full volume); the
@@ -223,19 +230,20 @@ def save(
     """
     import tensorflow as tf
 
-    t0 = time.time()
+    t0 = time.time() if t0 is None else t0
+    asynchronous = bool(options and options.experimental_enable_async_checkpoint)
     step_var.assign(step)
     listed = set(manager.checkpoints)
     previous = manager.latest_checkpoint
     try:
-        path = manager.save(checkpoint_number=step)
+        path = manager.save(checkpoint_number=step, options=options)
     except (tf.errors.OpError, OSError) as err:
         # CheckpointManager writes the state file only after the checkpoint's files, so the
         # state still names the previous checkpoint: a restart resumes from there. The
         # manager's own list is no guide: it adds the new checkpoint before it writes the state
         # file, so a state write that failed leaves it naming a checkpoint the disk does not.
-        latest = _latest_on_disk(manager.directory, previous)
-        _discard(manager, step, keep=listed | {latest})
+        latest = latest_on_disk(manager.directory, previous)
+        discard(manager, step, keep=listed | {latest})
         failed = write_error(err, manager.directory, f"the checkpoint of step {step}")
         prefix = join(manager.directory, f"{CHECKPOINT_NAME}-{step}")
         still = "is" if latest == prefix else "is still"  # only the state's second write failed
@@ -244,13 +252,16 @@ def save(
         ) from None
     if temp_dir:
         shutil.rmtree(temp_dir, ignore_errors=True)
-    metrics.checkpointed(step)
-    metrics.checkpoint_save_seconds.observe(time.time() - t0)
+    if not asynchronous:
+        metrics.checkpointed(step)
+    seconds = time.time() - t0
+    metrics.checkpoint_save_seconds.observe(seconds)
     if is_chief:
-        log.event("checkpoint", step=step, path=path, seconds=round(time.time() - t0, 3))
+        write = "async" if asynchronous else "sync"
+        log.event("checkpoint", step=step, path=path, seconds=round(seconds, 3), write=write)
 
 
-def _latest_on_disk(directory: str, fallback: str | None) -> str | None:
+def latest_on_disk(directory: str, fallback: str | None) -> str | None:
     """The checkpoint the state file names now (``fallback`` when it cannot be read)."""
     import tensorflow as tf
 
@@ -260,7 +271,7 @@ def _latest_on_disk(directory: str, fallback: str | None) -> str | None:
         return fallback
 
 
-def _discard(manager: Any, step: int, keep: set[str | None]) -> None:
+def discard(manager: Any, step: int, keep: set[str | None]) -> None:
     """Delete what a failed save of ``step`` left: TensorFlow's ``_temp`` directory, the state
     file's temporary copies (``checkpoint.tmp<hex>``, from a state write that failed) and,
     unless ``keep`` holds that checkpoint (the state file lists it), its files. Best effort: it

@@ -22,11 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from trainer import checkpoints, contract, runs
+from trainer import contract, runs
 from trainer.config import Config
 from trainer.context import WorkerContext
 from trainer.errors import DataError, DivergedError, RestartRequested, RolloutRequested
 from trainer.finish import classify, finish
+from trainer.saver import Saver
 from trainer.summaries import Summaries
 from trainer.watch import StatefulSetWatch
 
@@ -145,6 +146,8 @@ class Controller:
         """The ``tf.train.CheckpointManager`` (a worker's private one on non-chiefs)."""
         self.step_var = step_var
         self.temp_dir = temp_dir
+        self.saver = Saver(manager, step_var, temp_dir, ctx.metrics, ctx.log, ctx.is_chief,
+                           asynchronous=not ctx.config.sync_checkpoints)  # fmt: skip
         self.summaries = summaries or Summaries("")
         self.world_changed = threading.Event()
         self.rollout = threading.Event()
@@ -162,10 +165,9 @@ class Controller:
         self.world_changed, self.rollout = self.watch.world_changed, self.watch.rollout
         self.watch.start()
 
-    def save(self, step: int) -> None:
-        ctx = self.ctx
-        checkpoints.save(self.manager, self.step_var, step, self.temp_dir, ctx.metrics, ctx.log,
-                         ctx.is_chief)  # fmt: skip
+    def save(self, step: int, wait: bool = False) -> None:
+        """Save at ``step``; ``wait``: return once the files are on disk (before an exit)."""
+        self.saver.save(step, wait=wait)
 
     def train(self, task: Steps, start: int) -> tuple[int, float]:
         """Train from ``start`` to the last step; returns the final step and the examples/s
@@ -182,7 +184,11 @@ class Controller:
         try:
             return self._loop(task, start)
         except tf.errors.OpError as err:
+            self.saver.settle()
             raise classify(err, self.ctx.spec.num_workers) from None
+        except BaseException:
+            self.saver.settle()  # a write in flight is of a good step: let it land
+            raise
         finally:
             if self.watch is not None:
                 self.watch.stop()
@@ -241,7 +247,7 @@ class Controller:
                 t_log, steps_since_log = now, 0
             self._maybe_stop(step, rollout_votes, stop_votes)
             if s.save_due(step):
-                self.save(step)
+                self.save(step, wait=step == total)  # the last one lands before model and DONE
         elapsed = time.time() - t_first_done if t_first_done else 0.0
         rate = steps_after_first * s.global_batch / elapsed if steps_after_first else 0.0
         return step, rate
@@ -290,11 +296,11 @@ class Controller:
         """Any worker's vote stops every worker at this step, with a checkpoint."""
         log = self.ctx.log
         if rollout_votes > 0:
-            self.save(step)
+            self.save(step, wait=True)
             log.event("stop", step=step, reason="rollout")
             raise RolloutRequested(f"stopped at step {step} for a rollout; checkpoint saved")
         if stop_votes > 0:
-            self.save(step)
+            self.save(step, wait=True)
             reason = self.ctx.stop.reason or (
                 "world size changed" if self.world_changed.is_set() else "a peer asked"
             )

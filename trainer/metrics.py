@@ -58,7 +58,8 @@ class Metrics:
         )
         self.checkpoint_save_seconds = Histogram(
             contract.METRIC_CHECKPOINT_SAVE_SECONDS,
-            "Seconds one checkpoint save takes.",
+            "Seconds one checkpoint save stalls the step loop (all of its write with "
+            "--sync-checkpoints).",
             buckets=SAVE_BUCKETS,
             registry=r,
         )

@@ -128,6 +128,8 @@ class Task:
     def restore(self, ctx: WorkerContext) -> int:
         """The newest intact checkpoint (:func:`trainer.checkpoints.restore`), then the fp16
         loss scale; returns the step to start at."""
+        import tensorflow as tf
+
         start, self.checkpoint_path = checkpoints.restore(
             ctx.root, self.tracked, self.step_var, self.batch_var, self.schedule.total_steps,
             self.config, ctx.log, ctx.metrics,
@@ -139,7 +141,10 @@ class Task:
             prec.wrap(self.optimizer)
         scale_state = prec.loss_scale_state()
         if scale_state is not None:  # fp16: saved from now on, resumed where it was saved
-            setattr(self.checkpoint, LOSS_SCALE_KEY, scale_state)
+            # A new Checkpoint rather than an attribute set on the old one: TensorFlow's async
+            # checkpoint writes the objects given to the constructor only.
+            self.checkpoint = tf.train.Checkpoint(**self.tracked, **{
+                GLOBAL_BATCH_KEY: self.batch_var, LOSS_SCALE_KEY: scale_state})  # fmt: skip
             if checkpoints.restore_extra(self.checkpoint_path, {LOSS_SCALE_KEY: scale_state}):
                 ctx.log.event(
                     "loss_scale", restored=prec.loss_scale(), good_steps=prec.good_steps()

@@ -135,3 +135,12 @@ def test_a_job_is_long_enough_for_every_failure(cfg, step_s, steps):
 def test_a_bad_schedule_names_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
         GoodputConfig(**{field: value})
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async-save", "sync-save"])
+def test_the_jobs_flags_are_the_trainers_and_choose_the_save(sync: bool):
+    from trainer.contract.flags import TrainerFlags
+
+    flags = TrainerFlags.from_argv(GoodputConfig(sync_checkpoints=sync).trainer_args(400))
+    assert flags.sync_checkpoints is sync, flags
+    assert (flags.checkpoint_every, flags.epochs) == (200, 1), flags

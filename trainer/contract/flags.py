@@ -145,6 +145,16 @@ class TrainerFlags:
         "save a checkpoint every N global steps (default %(default)s); also at each epoch end",
         rule=CHECKPOINT_EVERY,
     )
+    # Off by default: the step loop only copies the variables to host memory and TensorFlow's
+    # async checkpoint thread writes the files (a save stalls the loop for a fraction of a
+    # step instead of about a step, see docs/benchmarks.md); the trainer waits for the write
+    # before every exit that announces a checkpoint, and the state file names a checkpoint only
+    # once its files are complete, so a crash mid-write resumes from the previous one.
+    sync_checkpoints: bool = _flag(
+        False,
+        "write each checkpoint on the step loop's thread (the loop waits for the files); off "
+        "by default: TensorFlow's async checkpoint writes them while training goes on",
+    )
     steps_per_call: int = _flag(
         16,
         "steps run per tf.function call (default %(default)s); stop requests (SIGTERM, world "

@@ -1,0 +1,136 @@
+"""Checkpoint saves that do not stall the step loop: TensorFlow's async checkpoint.
+
+With ``--sync-checkpoints`` off (the default) a save copies the tracked variables to host
+memory on the step loop's thread and hands the file write to TensorFlow's async checkpoint
+thread (``tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)``); the loop
+goes on training while the files are written. The copy runs on every worker in step order, so
+the collectives a save needs (an ``ON_READ`` variable's all-reduce under
+MultiWorkerMirroredStrategy) stay on the loop's thread where every worker runs them at the same
+step; only plain host variables are written in the background.
+
+The state file (``checkpoints/checkpoint``) is written by the manager's write callback after the
+checkpoint's files, on the write thread: a crash mid-write leaves it naming the previous
+checkpoint, exactly as a synchronous save cut short does. A write is waited for (:meth:`wait`)
+before the next save, before a stop for a restart or a rollout, after the last step (before
+``model.keras`` and ``DONE``) and when the loop fails, so no exit loses a checkpoint it announced.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import Any
+
+from trainer import checkpoints
+from trainer.errors import CheckpointError
+from trainer.logs import Log
+from trainer.metrics import Metrics
+
+
+class Saver:
+    """One worker's saves through its ``tf.train.CheckpointManager`` (a non-chief's private one,
+    in ``temp_dir``, deleted once its write is done)."""
+
+    def __init__(
+        self,
+        manager: Any,
+        step_var: Any,
+        temp_dir: str,
+        metrics: Metrics,
+        log: Log,
+        is_chief: bool,
+        asynchronous: bool,
+    ) -> None:
+        self.manager = manager
+        self.step_var = step_var
+        self.temp_dir = temp_dir
+        self.metrics = metrics
+        self.log = log
+        self.is_chief = is_chief
+        self.asynchronous = asynchronous
+        self.pending: int | None = None
+        """The step whose asynchronous write may still be running."""
+
+    def save(self, step: int, wait: bool = False) -> None:
+        """Save at ``step`` (every worker takes part); ``wait``: return once it is on disk.
+
+        The ``checkpoint`` event's ``seconds`` is the time the loop stood still: the wait for
+        the previous write (none when it finished within the interval), the copy to host memory
+        and, synchronously, the write.
+
+        Raises:
+            CheckpointError: this save, or the previous asynchronous write, failed (see
+                :func:`trainer.checkpoints.save`).
+        """
+        t0 = time.time()
+        self.wait()
+        if not self.asynchronous:
+            checkpoints.save(self.manager, self.step_var, step, self.temp_dir, self.metrics,
+                             self.log, self.is_chief)  # fmt: skip
+            return
+        import tensorflow as tf
+
+        # Run on the write thread once the files are written: the checkpoint metrics say what
+        # is on disk, as soon as it is. A fresh list each save: the manager appends its own.
+        written = [lambda _path: self.metrics.checkpointed(step)]
+        options = tf.train.CheckpointOptions(
+            experimental_enable_async_checkpoint=True, experimental_write_callbacks=written
+        )
+        checkpoints.save(self.manager, self.step_var, step, "", self.metrics, self.log,
+                         self.is_chief, options=options, t0=t0)  # fmt: skip
+        self.pending = step
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        """Wait for the pending asynchronous write and check that it landed: the state file
+        names it. A non-chief's private copy is deleted then.
+
+        Raises:
+            CheckpointError: the write failed; what it left is deleted and the state file still
+                names the previous checkpoint (the line names it).
+        """
+        step, self.pending = self.pending, None
+        if step is None:
+            return
+        t0 = time.time()
+        self.manager.sync()
+        prefix = checkpoints.join(self.manager.directory, f"{checkpoints.CHECKPOINT_NAME}-{step}")
+        latest = checkpoints.latest_on_disk(self.manager.directory, None)
+        if latest != prefix:
+            cause = _async_error(self.manager)
+            checkpoints.discard(self.manager, step, keep={latest, *self.manager.checkpoints})
+            what = f"the checkpoint of step {step}"
+            failed = (
+                checkpoints.write_error(cause, self.manager.directory, what)
+                if cause is not None
+                else CheckpointError(f"{self.manager.directory}: {what} not written")
+            )
+            raise CheckpointError(f"{failed}; the latest checkpoint is still {latest or 'none'}")
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+        if self.is_chief:
+            self.log.event("checkpoint_written", step=step, wait_s=round(time.time() - t0, 3))
+
+    def settle(self) -> None:
+        """:meth:`wait` when the loop failed: a write in flight is of a good step, so it is
+        finished; its own failure is logged (the loop's error is the one reported)."""
+        try:
+            self.wait()
+        except CheckpointError as err:
+            self.log.event("warning", message=str(err))
+
+
+def _async_error(manager: Any) -> BaseException | None:
+    """The exception TensorFlow's async write thread kept. ``sync()`` does not raise it (only
+    the next write would), so it is read from the helper, which clears it: None when there is
+    none or TensorFlow's internals changed."""
+    helper = getattr(getattr(manager, "_checkpoint", None), "_async_checkpointer_impl", None)
+    check = getattr(helper, "_check_async_thread_error", None)
+    if check is None:
+        return None
+    try:
+        check()
+    except Exception as err:  # noqa: BLE001 - whatever the write raised is the cause to report
+        return err
+    return None
