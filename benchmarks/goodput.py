@@ -162,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--every", type=float, help="seconds of training between failures (120)")
     p.add_argument("--failures", type=int, help="failures per failure run (10)")
     p.add_argument("--pairs", type=int, help="undisturbed/failure pairs (1)")
+    p.add_argument(
+        "--restarts",
+        choices=(COLD, STANDBY, "both"),
+        default="both",
+        help="which failure runs each pair has (both: three runs per pair; one: two)",
+    )
     p.add_argument("--json", type=Path, help="write every run and figure to this file")
     p.add_argument("--sync-checkpoints", action="store_true",
                    help="run the trainer with --sync-checkpoints (the synchronous save, to "
@@ -188,15 +194,17 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{cfg.pairs} pair(s), {cfg.failures} x {cfg.failure} every {cfg.every_s:g} s",
               flush=True)  # fmt: skip
         rng = random.Random(cfg.seed)
-        jobs: dict[str, list[JobRecord]] = {v: [] for v in VARIANTS}
+        failing = (COLD, STANDBY) if args.restarts == "both" else (args.restarts,)
+        variants = (UNDISTURBED, *failing)
+        jobs: dict[str, list[JobRecord]] = {v: [] for v in variants}
         for i in range(cfg.pairs):
             # Reversed every other pair: neither variant always runs first.
-            for variant in VARIANTS if i % 2 == 0 else VARIANTS[::-1]:
+            for variant in variants if i % 2 == 0 else variants[::-1]:
                 jobs[variant].append(run_job(cfg, steps, variant, rng))
             print(f"[goodput] pair {i + 1}/{cfg.pairs} done", flush=True)
         result = {
             v: figures(cfg, steps, list(zip(jobs[UNDISTURBED], jobs[v], strict=True)))
-            for v in (COLD, STANDBY)
+            for v in failing
         }
     except (GoodputError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -205,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
-    for variant in (COLD, STANDBY):
+    for variant in result:
         brief = {k: v for k, v in result[variant].items() if k != "pairs"}
         print(f"[goodput] failures with {variant} restarts: {json.dumps(brief)}")
         for line in verdicts(cfg, result[variant]):

@@ -54,9 +54,10 @@ def test_image_runs_the_contract_entrypoint_as_the_unprivileged_user(built: str)
     }
 
 
-def test_the_image_trains_to_completion_read_only_and_unprivileged(
-    built: str, tmp_path: Path
-) -> None:
+def run_one_worker(image: str, tmp_path: Path, *flags: str) -> Path:
+    """``python -m trainer <flags>`` as one worker in ``image``, read-only, unprivileged and
+    without a network, its checkpoints in a directory of ``tmp_path``: that directory (the
+    run must succeed)."""
     checkpoints = tmp_path / "ckpt"
     checkpoints.mkdir()
     checkpoints.chmod(0o777)  # the image's user (10001) writes here
@@ -74,10 +75,19 @@ def test_the_image_trains_to_completion_read_only_and_unprivileged(
         "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
         "-v", f"{checkpoints}:/ckpt",
         *[f"--env={k}={v}" for k, v in env.items()],
-        built, "--epochs", "1", "--synthetic-examples", "1024", "--on-done", "exit",
+        image, *flags,
         timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    return checkpoints
+
+
+def test_the_image_trains_to_completion_read_only_and_unprivileged(
+    built: str, tmp_path: Path
+) -> None:
+    checkpoints = run_one_worker(
+        built, tmp_path, "--epochs", "1", "--synthetic-examples", "1024", "--on-done", "exit"
+    )
     written = {p.name for p in checkpoints.rglob("*")}
     assert {contract.DONE_MARKER, "summary.json"} <= written, sorted(written)
     summary = json.loads(next(checkpoints.rglob("summary.json")).read_text())
@@ -113,28 +123,10 @@ def test_the_user_image_holds_what_its_dockerignore_lets_in(user_built: str) -> 
 def test_the_user_image_trains_the_users_model_on_the_users_records(
     user_built: str, tmp_path: Path
 ) -> None:
-    checkpoints = tmp_path / "ckpt"
-    checkpoints.mkdir()
-    checkpoints.chmod(0o777)  # the image's user (10001) writes here
-    env = {
-        contract.ENV_STATEFULSET: "tfd-worker",
-        contract.ENV_POD_NAME: "tfd-worker-0",
-        contract.ENV_REPLICAS: "1",
-        contract.ENV_SERVICE: "tfd-workers",
-        contract.ENV_NAMESPACE: "default",
-        contract.ENV_WORKER_HOSTS: f"127.0.0.1:{contract.DEFAULT_GRPC_PORT}",
-        contract.ENV_CHECKPOINT_DIR: "/ckpt",
-    }
-    run = docker(
-        "run", "--rm", "--network", "none", "--read-only", "--tmpfs", "/tmp",
-        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-        "-v", f"{checkpoints}:/ckpt",
-        *[f"--env={k}={v}" for k, v in env.items()],
-        user_built, "--epochs", "1", "--dataset", USER_DATASET, "--model", USER_MODEL,
+    checkpoints = run_one_worker(
+        user_built, tmp_path, "--epochs", "1", "--dataset", USER_DATASET, "--model", USER_MODEL,
         "--on-done", "exit",
-        timeout=600,
     )  # fmt: skip
-    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     summary = json.loads(next(checkpoints.rglob("summary.json")).read_text())
     assert summary["final_step"] > 0 and summary["num_classes"] == USER_CLASSES, summary
     manifest = json.loads(next(checkpoints.rglob("manifest.json")).read_text())
