@@ -53,11 +53,17 @@ class GoodputConfig:
                 raise ValueError(f"{name}: must be positive; got {getattr(self, name)!r}")
 
     def trainer_args(self, steps: int) -> list[str]:
-        """Flags of a job of exactly ``steps`` steps (one epoch of synthetic data)."""
+        """Flags of a job of exactly ``steps`` steps (a whole number of checkpoint intervals,
+        :func:`planned_steps`): epochs of one checkpoint interval of synthetic data each. One
+        epoch of every step would hold the whole job's examples in memory (460,800 for the
+        targets' schedule), and making them would count as start-up at every restart."""
+        epochs, rest = divmod(steps, self.checkpoint_every)
+        if rest or not epochs:
+            raise ValueError(f"steps: must be a multiple of {self.checkpoint_every}; got {steps}")
         return [
             "--dataset", "synthetic",
-            "--synthetic-examples", str(steps * self.batch_size * self.workers),
-            "--epochs", "1",
+            "--synthetic-examples", str(self.checkpoint_every * self.batch_size * self.workers),
+            "--epochs", str(epochs),
             "--batch-size", str(self.batch_size),
             "--steps-per-call", str(self.steps_per_call),
             "--checkpoint-every", str(self.checkpoint_every),

@@ -143,4 +143,11 @@ def test_the_jobs_flags_are_the_trainers_and_choose_the_save(sync: bool):
 
     flags = TrainerFlags.from_argv(GoodputConfig(sync_checkpoints=sync).trainer_args(400))
     assert flags.sync_checkpoints is sync, flags
-    assert (flags.checkpoint_every, flags.epochs) == (200, 1), flags
+    # Epochs of one checkpoint interval each: the job's data is one interval's examples.
+    assert (flags.checkpoint_every, flags.epochs) == (200, 2), flags
+    assert flags.synthetic_examples == 200 * 64 * 2, flags
+
+
+def test_a_job_is_whole_checkpoint_intervals():
+    with pytest.raises(ValueError, match="steps: must be a multiple of 200; got 300"):
+        GoodputConfig().trainer_args(300)
