@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
+import sys
 from pathlib import Path
 
-import psutil
 import pytest
 from pulumi import automation as auto
 
@@ -47,9 +46,18 @@ def test_the_kubeconfig_is_never_in_a_message() -> None:
 
 
 def _fake_cli(tmp_path: Path) -> Path:
-    """A ``pulumi`` executable that exits 42 on SIGINT (the real CLI cancels gracefully)."""
+    """A ``pulumi`` executable that exits 42 on SIGINT, as the real CLI ends a cancelled update.
+    Python, not a shell: a shell started with SIGINT ignored (a background job of a
+    non-interactive shell, as CI runs) cannot trap it, while Python's handler (like the Go
+    CLI's) is installed either way."""
     cli = tmp_path / "pulumi"
-    cli.write_text("#!/bin/sh\ntrap 'exit 42' INT\nsleep 30 &\nwait\n")
+    cli.write_text(
+        f"#!{sys.executable}\n"
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, lambda *_: sys.exit(42))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
     cli.chmod(0o755)
     return cli
 
@@ -57,13 +65,11 @@ def _fake_cli(tmp_path: Path) -> Path:
 @pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
 def test_cancel_update_interrupts_this_processs_pulumi_up_only(tmp_path: Path) -> None:
     cli = _fake_cli(tmp_path)
-    up = subprocess.Popen([str(cli), "--non-interactive", "up", "--yes"])
-    preview = subprocess.Popen([str(cli), "preview"])
+    up = subprocess.Popen([str(cli), "--non-interactive", "up", "--yes"], stdout=subprocess.PIPE)
+    preview = subprocess.Popen([str(cli), "preview"], stdout=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 10
-        while len(psutil.Process().children()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)  # both shells have set their trap
+        for proc in (up, preview):  # each has installed its handler
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
         assert StackHandle.cancel_update(None) is True  # type: ignore[arg-type]
         assert up.wait(10) == 42, "pulumi up was not interrupted"
         assert preview.poll() is None, "a pulumi that is not an up was interrupted"
