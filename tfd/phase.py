@@ -172,7 +172,10 @@ def _pending(
                 detail = f": {waiting['message']}" if waiting.get("message") else ""
                 return f"worker {ordinal(pod)} starting: {waiting.get('reason')}{detail}"
         if not _statuses(pod):
-            return f"worker {ordinal(pod)} starting: {_last_event(events, name) or 'scheduled'}"
+            # Events of this pod, not of the earlier pod of the same name (its Killing).
+            uid = _get(pod, "metadata", "uid")
+            why = _last_event(events, name, uid=uid) or "scheduled"
+            return f"worker {ordinal(pod)} starting: {why}"
     if len(pods) < desired:
         why = _last_event(events, sts, "FailedCreate")
         if why:
@@ -191,11 +194,17 @@ def _when(event: Mapping[str, Any]) -> float:
     return 0.0
 
 
-def _last_event(events: Sequence[Mapping[str, Any]], name: str | None, reason: str = "") -> str:
+def _last_event(
+    events: Sequence[Mapping[str, Any]], name: str | None, reason: str = "", uid: str | None = None
+) -> str:
+    """The newest event message of the object ``name`` (of ``reason``, of the object ``uid``
+    when both the event and ``uid`` name one); ``""`` when there is none."""
     mine = [
         e
         for e in events
-        if _get(e, "involvedObject", "name") == name and (not reason or e.get("reason") == reason)
+        if _get(e, "involvedObject", "name") == name
+        and (not reason or e.get("reason") == reason)
+        and (not uid or _get(e, "involvedObject", "uid") in (None, uid))
     ]
     return str(max(mine, key=_when).get("message") or "") if mine else ""
 

@@ -143,3 +143,21 @@ def test_a_watch_keeps_the_restarts_and_an_ended_runs_last_progress() -> None:
     other = carried(training, RunStatus("done", run_id="r2"))
     assert other.step is None and other.restarts == 0, other
     assert carried(None, training) is training
+
+
+@pytest.mark.parametrize(
+    ("event_uid", "words"),
+    [
+        ("old-pod", "worker 0 starting: scheduled"),  # the earlier pod's Killing is not news
+        ("new-pod", "worker 0 starting: Stopping container trainer"),
+        (None, "worker 0 starting: Stopping container trainer"),  # no uid: taken as it is
+    ],
+)
+def test_a_starting_pod_is_told_by_its_own_events(event_uid: str | None, words: str) -> None:
+    starting = {"metadata": {"name": "tfd-worker-0", "uid": "new-pod"},
+                "status": {"phase": "Pending", "conditions": []}}  # fmt: skip
+    killing = event("tfd-worker-0", "Killing", "Stopping container trainer")
+    if event_uid is not None:
+        killing["involvedObject"]["uid"] = event_uid
+    status = derive(Snapshot(sts(2, 0), [starting], [killing]))
+    assert status.phase == "pending" and status.reason == words, status.reason
