@@ -26,6 +26,9 @@ CHECKPOINT_NAME = "ckpt"
 """Checkpoint prefix in ``checkpoints/``: ``ckpt-<step>.index``, ``ckpt-<step>.data-*``."""
 GLOBAL_BATCH_KEY = "global_batch"
 """Checkpoint attribute holding the global batch its step counts; older checkpoints lack it."""
+RESCUE_PREFIX = "rescue-"
+"""``checkpoints/rescue-<task>/``: the checkpoint a worker wrote as a peer was lost
+(:mod:`trainer.rescue`)."""
 LOSS_SCALE_KEY = "loss_scale"
 """Checkpoint attribute holding fp16's loss-scale state; checkpoints of other precisions lack
 it."""
@@ -95,6 +98,8 @@ def restore(
     A checkpoint that does not restore (its files cut short, missing or garbled, e.g. a save
     that a full volume or a crash interrupted) is skipped with a ``warning`` naming it, and the
     next older one the state file lists is tried; only when none restores is it an error.
+    A rescue checkpoint (:mod:`trainer.rescue`) newer than the newest of the state file is
+    tried first.
 
     ``batch_var`` holds the current global batch on entry and on return. A checkpoint saved
     with another global batch (another world size) has its step converted so that the
@@ -120,21 +125,24 @@ def restore(
         raise CheckpointError(
             f"{directory}: cannot read checkpoint state: {first_line(err)}"
         ) from None
-    if state is None or not state.model_checkpoint_path:
-        if has_state:  # unparsable: tf.train.get_checkpoint_state logs why and returns None
-            raise CheckpointError(
-                f"{directory}/checkpoint: corrupt, or names a checkpoint whose files are "
-                "missing; delete the directory to start over"
-            )
+    corrupt = CheckpointError(
+        f"{directory}/checkpoint: corrupt, or names a checkpoint whose files are missing; "
+        "delete the directory to start over"
+    )
+    candidates: list[str] = []
+    if state is not None and state.model_checkpoint_path:
+        # Newest first: the state's latest, then the others it lists (oldest first in the file).
+        candidates = list(dict.fromkeys([state.model_checkpoint_path,
+                                         *reversed(state.all_model_checkpoint_paths)]))  # fmt: skip
+        if not any(tf.io.gfile.exists(path + ".index") for path in candidates):
+            raise corrupt
+    elif has_state:  # unparsable: tf.train.get_checkpoint_state logs why and returns None
+        raise corrupt
+    # A rescue newer than the chief's newest checkpoint comes first (trainer.rescue).
+    newest = step_of(candidates[0]) if candidates else -1
+    candidates = [p for p in rescues(directory) if step_of(p) > newest] + candidates
+    if not candidates:
         return 0, None
-    # Newest first: the state's latest, then the others it lists (oldest first in the file).
-    candidates = list(dict.fromkeys([state.model_checkpoint_path,
-                                     *reversed(state.all_model_checkpoint_paths)]))  # fmt: skip
-    if not any(tf.io.gfile.exists(path + ".index") for path in candidates):
-        raise CheckpointError(
-            f"{directory}/checkpoint: corrupt, or names a checkpoint whose files are "
-            "missing; delete the directory to start over"
-        )
     global_batch = int(batch_var.numpy())
     first_error = ""
     skipped: list[str] = []
@@ -190,6 +198,46 @@ def restore(
     fallback = {"skipped": skipped} if skipped else {}
     log.event("resume", step=step, checkpoint=path, **optimizer_state, **fallback)
     return step, path
+
+
+def step_of(path: str) -> int:
+    """The step of a checkpoint prefix ``.../ckpt-<step>`` (-1 for any other name)."""
+    match = re.search(rf"{CHECKPOINT_NAME}-(\d+)$", path)
+    return int(match.group(1)) if match else -1
+
+
+def rescue_directory(root: str, task_index: int) -> str:
+    """Where worker ``task_index`` writes its rescue checkpoint."""
+    return join(join(root, CHECKPOINTS_SUBDIR), f"{RESCUE_PREFIX}{task_index}")
+
+
+def rescues(directory: str) -> list[str]:
+    """The rescue checkpoints under ``directory`` (``checkpoints/``), newest step first, the
+    lowest task first among equal steps (survivors of one loss write the same state)."""
+    import tensorflow as tf
+
+    found = []
+    for sub in tf.io.gfile.glob(join(directory, RESCUE_PREFIX + "*")):
+        path = latest_on_disk(sub, None)
+        task = sub.rsplit(RESCUE_PREFIX, 1)[-1]
+        if path:
+            found.append((-step_of(path), int(task) if task.isdigit() else 0, path))
+    return [path for *_, path in sorted(found)]
+
+
+def prune_rescues(directory: str, step: int) -> None:
+    """Delete the rescues a checkpoint of ``step`` has passed (chief, once it is written).
+    A directory without a state file is kept: its worker may be writing it right now (the
+    loss that stops the chief stops it too). Best effort: a rescue left behind is never newer
+    than the chief's checkpoints, so never resumed from."""
+    fs = gfile()
+    try:
+        for sub in fs.glob(join(directory, RESCUE_PREFIX + "*")):
+            path = latest_on_disk(sub, None)
+            if path is not None and step_of(path) <= step:
+                fs.rmtree(sub)
+    except Exception:  # noqa: BLE001 - a leftover costs only space
+        pass
 
 
 def manager(ckpt: Any, root: str, is_chief: bool, task_index: int) -> tuple[Any, str]:

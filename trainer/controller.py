@@ -25,8 +25,15 @@ from typing import Any, Protocol
 from trainer import contract, runs
 from trainer.config import Config
 from trainer.context import WorkerContext
-from trainer.errors import DataError, DivergedError, RestartRequested, RolloutRequested
+from trainer.errors import (
+    DataError,
+    DivergedError,
+    PeerLostError,
+    RestartRequested,
+    RolloutRequested,
+)
 from trainer.finish import classify, finish
+from trainer.rescue import Rescue
 from trainer.saver import Saver
 from trainer.summaries import Summaries
 from trainer.watch import StatefulSetWatch
@@ -139,6 +146,7 @@ class Controller:
         step_var: Any,
         temp_dir: str,
         summaries: Summaries | None = None,
+        rescue: Rescue | None = None,
     ) -> None:
         self.ctx = ctx
         self.schedule = schedule
@@ -149,6 +157,8 @@ class Controller:
         self.saver = Saver(manager, step_var, temp_dir, ctx.metrics, ctx.log, ctx.is_chief,
                            asynchronous=not ctx.config.sync_checkpoints)  # fmt: skip
         self.summaries = summaries or Summaries("")
+        self.rescue = rescue
+        """The host copy written when a peer is lost (None: one worker, or turned off)."""
         self.world_changed = threading.Event()
         self.rollout = threading.Event()
         self.watch: StatefulSetWatch | None = None
@@ -168,6 +178,8 @@ class Controller:
     def save(self, step: int, wait: bool = False) -> None:
         """Save at ``step``; ``wait``: return once the files are on disk (before an exit)."""
         self.saver.save(step, wait=wait)
+        if self.rescue is not None:
+            self.rescue.saved(step)
 
     def train(self, task: Steps, start: int) -> tuple[int, float]:
         """Train from ``start`` to the last step; returns the final step and the examples/s
@@ -185,7 +197,10 @@ class Controller:
             return self._loop(task, start)
         except tf.errors.OpError as err:
             self.saver.settle()
-            raise classify(err, self.ctx.spec.num_workers) from None
+            failure = classify(err, self.ctx.spec.num_workers)
+            if isinstance(failure, PeerLostError) and self.rescue is not None:
+                self.rescue.write()
+            raise failure from None
         except BaseException:
             self.saver.settle()  # a write in flight is of a good step: let it land
             raise
@@ -228,6 +243,8 @@ class Controller:
                     f"{step - k}; lower --learning-rate (a new run id: the run manifest "
                     "records the rate) or look for NaN/Inf in the data"
                 )
+            if self.rescue is not None:  # the state after this call, for a peer's loss
+                self.rescue.snapshot(step)
             epoch_sums = [a + b for a, b in zip(epoch_sums, (loss_sum, correct, count),
                                                 strict=True)]  # fmt: skip
             metrics.stepped(k, s.global_batch, now - t_call)

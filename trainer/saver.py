@@ -67,6 +67,7 @@ class Saver:
         if not self.asynchronous:
             checkpoints.save(self.manager, self.step_var, step, self.temp_dir, self.metrics,
                              self.log, self.is_chief)  # fmt: skip
+            self._landed(step)
             return
         import tensorflow as tf
 
@@ -111,6 +112,12 @@ class Saver:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
         if self.is_chief:
             self.log.event("checkpoint_written", step=step, wait_s=round(time.time() - t0, 3))
+        self._landed(step)
+
+    def _landed(self, step: int) -> None:
+        """The checkpoint of ``step`` is on disk: the chief deletes the rescues it passed."""
+        if self.is_chief:
+            checkpoints.prune_rescues(self.manager.directory, step)
 
     def settle(self) -> None:
         """:meth:`wait` when the loop failed: a write in flight is of a good step, so it is

@@ -11,6 +11,7 @@ Checkpoint directory layout (``TFD_CHECKPOINT_DIR``, local path or gs:// / s3://
     manifest.json               the run's settings at its first start, chief only
     chief.lease                 the live chief's lease (trainer.lease), chief only
     checkpoints/ckpt-<step>.*   step-level checkpoints, chief only
+    checkpoints/rescue-<task>/  a worker's checkpoint as a peer was lost (trainer.rescue)
     model.keras                 final model, chief only
     summary.json                final figures, chief only
     DONE                        written last by the chief (trainer.runs): the run is finished
@@ -33,6 +34,7 @@ from trainer.errors import DataError, UsageError
 from trainer.logs import Log
 from trainer.manifest import RunGuard
 from trainer.metrics import Metrics
+from trainer.rescue import Rescue
 from trainer.signals import StopSignal, watch_tf_preemption
 from trainer.summaries import Summaries
 
@@ -108,7 +110,12 @@ class Worker:
             task.checkpoint, ctx.root, ctx.is_chief, ctx.spec.task_index
         )
         task.start(start)
-        controller = Controller(ctx, schedule, manager, task.step_var, temp_dir, summaries)
+        rescue = None
+        if n > 1 and not cfg.no_rescue_checkpoint:
+            rescue = Rescue(task.checkpoint, task.step_var, ctx.root, ctx.spec.task_index, start,
+                            log)  # fmt: skip
+        controller = Controller(ctx, schedule, manager, task.step_var, temp_dir, summaries,
+                                rescue)  # fmt: skip
         controller.watch_statefulset()
         log.event(
             "start",

@@ -140,3 +140,22 @@ def test_a_failed_async_write_keeps_the_previous_checkpoint(full_volume: Path): 
     assert not [p.name for p in directory.iterdir() if p.name.startswith("ckpt-2")], (
         "the failed write's files were left behind"
     )
+
+
+@pytest.mark.parametrize("asynchronous", [True, False], ids=["async", "sync"])
+@pytest.mark.parametrize("is_chief", [True, False], ids=["chief", "worker"])
+def test_a_landed_save_deletes_the_rescues_it_passed_on_the_chief(
+    tmp_path: Path, asynchronous: bool, is_chief: bool
+):
+    from tests.trainer.test_rescue import _rescue
+
+    _rescue(tmp_path, 1, 36)
+    _rescue(tmp_path, 2, 236)
+    w, step = tf.Variable([1.0]), tf.Variable(0, dtype=tf.int64)
+    manager, temp = checkpoints.manager(tf.train.Checkpoint(w=w, step=step), str(tmp_path),
+                                        is_chief, 0)  # fmt: skip
+    saver = Saver(manager, step, temp, Metrics(), Log(0, io.StringIO()), is_chief, asynchronous)
+    saver.save(200, wait=True)
+    left = sorted(p.name for p in (tmp_path / SUBDIR).glob(f"{checkpoints.RESCUE_PREFIX}*"))
+    prefix = checkpoints.RESCUE_PREFIX
+    assert left == ([f"{prefix}2"] if is_chief else [f"{prefix}1", f"{prefix}2"]), left

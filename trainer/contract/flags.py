@@ -155,6 +155,15 @@ class TrainerFlags:
         "write each checkpoint on the step loop's thread (the loop waits for the files); off "
         "by default: TensorFlow's async checkpoint writes them while training goes on",
     )
+    # Off by default: after each call every worker keeps a host copy of what a checkpoint
+    # saves, and the workers still running write it when a peer is lost, so a kill -9
+    # recomputes at most a call's steps instead of half a checkpoint interval on average.
+    no_rescue_checkpoint: bool = _flag(
+        False,
+        "on a lost peer, resume from the last periodic checkpoint; by default the workers "
+        "still running save the model as of their last call (a host copy kept after each "
+        "call) and the restart resumes there",
+    )
     steps_per_call: int = _flag(
         16,
         "steps run per tf.function call (default %(default)s); stop requests (SIGTERM, world "
