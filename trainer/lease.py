@@ -25,7 +25,10 @@ The rules:
 - A holder that finds at a renewal that another holder has taken the lease (it could not renew
   for a whole TTL: a frozen process, a storage outage) exits 9 at once, from the thread: it can
   no longer know that it is alone, so it must not write another byte.
-- The lease is deleted when training ends, however it ends (the next start need not wait).
+- The lease is deleted when training ends (the next start need not wait), except on an exit
+  for a restart (75, 76, 77: a lost peer, SIGTERM, a rollout, a resize): the holder then marks
+  it expired (rewritten with its expiry now), so no other holder waits either, and the same
+  holder starting again takes it back at once, without the settle wait a free lease needs.
 
 There is no compare-and-swap on these stores: two chiefs that both find the lease free write
 one after the other; each reads it back after :data:`SETTLE_SECONDS`, and only the one whose
@@ -315,15 +318,20 @@ class Lease:
                 f"{current.holder if current else 'absent'}; not writing the final files"
             )
 
-    def release(self) -> None:
-        """Stop renewing and delete the lease if it is still ours (errors are logged)."""
+    def release(self, restarting: bool = False) -> None:
+        """Stop renewing and delete the lease if it is still ours, or with ``restarting`` mark
+        it expired (errors are logged)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.renew_seconds + 30)
             self._thread = None
         try:
             current = self.read()
-            if current is not None and current.holder == self.holder:
+            if current is not None and current.holder == self.holder and restarting:
+                now = self.clock()
+                record = LeaseRecord(self.holder, now, now)
+                write_text(self.path, record.to_text(), self._tag, "the chief's lease")
+            elif current is not None and current.holder == self.holder:
                 remove(self.path)
         except Exception as err:  # noqa: BLE001 - it expires by itself
             self.log.event("warning", message=f"{self.path}: lease not released ({err}); it "

@@ -48,7 +48,7 @@ from typing import Any
 
 from trainer import contract
 from trainer.config import Config
-from trainer.errors import DataError, RunConflictError
+from trainer.errors import DataError, RunConflictError, TrainerError
 from trainer.lease import Lease, gfile, holder_identity, is_local, read_text, utc, write_text
 from trainer.logs import Log
 
@@ -345,12 +345,16 @@ class RunGuard:
         lease = Lease(self.root, holder_identity(self.env, self.deployment), self.log)
         lease.acquire()
         self._lease = lease
+        restarting = False
         try:
             self.check()  # a manifest written before this chief held the lease counts too
             yield
+        except TrainerError as err:  # a restart's chief takes its lease back at once
+            restarting = err.exit_code in contract.SUPERVISOR_RESTART_CODES
+            raise
         finally:
             self._lease = None
-            lease.release()
+            lease.release(restarting)
 
     def record(self, global_batch: int, precision: str) -> None:
         """The chief writes the manifest at the run's first start; later starts log what

@@ -34,6 +34,10 @@ the chief still runs the cluster from before a scale-up (``NotAdmittedError``, e
 FORM_TIMEOUT_S = 60.0
 """How long a worker waits for its peers before it forms the cluster, its probes answered and
 SIGTERM honoured (:func:`await_peers`); then exit 75 and the supervisor starts it again."""
+FORM_POLL_S = (0.05, 1.0)
+"""The first and the longest pause between two looks for missing peers (:func:`await_peers`):
+doubled each time. A restart's peers come within a second or so (the pause used to be a fixed
+second, paid whole by every restart); a large cluster's forming backs off to one look a second."""
 REGISTER_TIMEOUT_S = 15.0
 """TensorFlow's own bound (``cluster_register_timeout``) on a worker's registration with the
 chief's coordination service. TensorFlow holds Python's GIL while it waits: no probe is answered
@@ -118,6 +122,7 @@ def await_peers(
     deadline = time.monotonic() + timeout_s
     why = dict.fromkeys((w for i, w in enumerate(spec.workers) if i != spec.task_index), "")
     logged: set[str] = set()
+    pause, longest = FORM_POLL_S
     while True:
         for address in list(why):
             if stop.event.is_set():  # each peer may take a DNS answer or a 1 s connect
@@ -132,10 +137,11 @@ def await_peers(
             logged.add(address)
             log.event("warning", message=f"cluster forming: waiting up to {timeout_s:g} s for "
                       f"{address}: {reason}")  # fmt: skip
-        if stop.event.wait(1.0):
+        if stop.event.wait(pause):
             raise RestartRequested(
                 f"stopped (SIGTERM) while the cluster was forming: {address} {reason}".rstrip()
             )
+        pause = min(2 * pause, longest)
         if time.monotonic() > deadline:
             raise PeerLostError(
                 f"cannot form the cluster within {timeout_s:g} s: {address} {reason}"

@@ -89,6 +89,28 @@ def test_who_may_take_the_lease(tmp_path: Path, existing, taken):
     assert not (tmp_path / LEASE_FILE).exists(), "release left the lease behind"
 
 
+@pytest.mark.parametrize("holder", [ME, OTHER], ids=["same-holder", "other-holder"])
+def test_a_restarts_release_marks_the_lease_expired_and_its_holder_takes_it_back_at_once(
+    tmp_path: Path, holder: str
+):
+    """An exit for a restart (lost peer, SIGTERM, rollout, resize) starts the same holder
+    again: the lease is left expired, so it takes it back without the settle wait; another
+    holder finds it expired and takes it as a free one, after the settle."""
+    clock = Clock()
+    first = _lease(tmp_path, clock=clock)
+    first.acquire()
+    first.release(restarting=True)
+    record = first.read()
+    assert record == LeaseRecord(ME, NOW, NOW), f"a restart's release left {record}"
+    clock.now = NOW + 1
+    again = Lease(str(tmp_path), holder, Log(0, io.StringIO()), clock=clock, settle_seconds=0.5)
+    t0 = time.monotonic()
+    again.acquire()
+    waited = time.monotonic() - t0
+    again.release()
+    assert (waited < 0.5) is (holder == ME), f"{holder} waited {waited:.2f} s"
+
+
 def test_the_same_holder_takes_its_lease_back_at_once(tmp_path: Path):
     _put(tmp_path, ME, NOW + 25)
     held = _lease(tmp_path, settle_seconds=30.0)  # the settle wait is only for a free lease

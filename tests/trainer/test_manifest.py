@@ -5,6 +5,7 @@ expired lease of another chief still let the run go on."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -18,7 +19,17 @@ import pytest
 
 from trainer import contract, manifest
 from trainer.config import Config
-from trainer.errors import EXIT_OK, EXIT_RUN_CONFLICT, DataError, RunConflictError
+from trainer.errors import (
+    EXIT_OK,
+    EXIT_RUN_CONFLICT,
+    DataError,
+    DivergedError,
+    NotAdmittedError,
+    PeerLostError,
+    RestartRequested,
+    RolloutRequested,
+    RunConflictError,
+)
 from trainer.lease import LEASE_FILE, LeaseRecord, holder_identity
 from trainer.local_cluster import parse_events, worker_envs
 from trainer.logs import Log
@@ -226,6 +237,34 @@ def test_no_manifest_accepts_any_start_and_a_garbage_one_is_refused(tmp_path: Pa
     (tmp_path / MANIFEST_FILE).write_text("[]")
     with pytest.raises(RunConflictError, match=r"manifest\.json: must be a JSON run manifest"):
         RunGuard(str(tmp_path), Config(), ENV, Log(0)).check()
+
+
+@pytest.mark.parametrize(
+    ("error", "left"),
+    [
+        (PeerLostError("a peer is gone"), True),
+        (RestartRequested("stopped (SIGTERM)"), True),
+        (RolloutRequested("stopped for a rollout"), True),
+        (NotAdmittedError("not admitted yet"), True),
+        (DataError("bad data"), False),
+        (DivergedError("diverged"), False),
+        (None, False),  # the block ended: training is over
+    ],
+    ids=["peer-lost", "sigterm", "rollout", "not-admitted", "data", "diverged", "done"],
+)
+def test_the_chief_leaves_its_lease_expired_for_a_restart_and_deletes_it_otherwise(
+    tmp_path: Path, error: Exception | None, left: bool
+):
+    guard = RunGuard(str(tmp_path), Config(), ENV, Log(0, io.StringIO()))
+    guard.check()
+    raises = pytest.raises(type(error)) if error else contextlib.nullcontext()
+    with raises, guard.training(is_chief=True):
+        if error:
+            raise error
+    assert (tmp_path / LEASE_FILE).exists() is left, f"after {error!r}"
+    if left:
+        record = LeaseRecord.parse((tmp_path / LEASE_FILE).read_text(), "lease")
+        assert record.holder == holder_identity(ENV) and record.expires_at <= time.time(), record
 
 
 def test_only_the_chief_writes_the_manifest_and_later_changes_are_logged(tmp_path: Path):

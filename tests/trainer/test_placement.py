@@ -90,3 +90,22 @@ def test_the_chief_waits_until_each_worker_listens():
     assert messages[0].startswith(
         f"cluster forming: waiting up to 20 s for {peer}: does not accept connections ("
     ), messages
+
+
+def test_the_looks_for_missing_peers_back_off_from_50_ms_to_a_second():
+    """A restart's peers come within a second: the first looks come soon (a fixed second was
+    paid whole by every restart), then back off to one a second for a large cluster."""
+    stop = StopSignal()
+    pauses: list[float] = []
+
+    def wait(pause: float) -> bool:
+        pauses.append(pause)
+        time.sleep(pause)
+        return False
+
+    stop.event.wait = wait  # type: ignore[method-assign]
+    with pytest.raises(PeerLostError):
+        _wait(contract.ClusterSpec(0, ("127.0.0.1:1", UNRESOLVABLE)), stop, timeout_s=3)
+    first, longest = placement.FORM_POLL_S
+    assert pauses[:5] == [first * 2**i for i in range(5)], pauses
+    assert max(pauses) == longest and pauses[-1] == longest, pauses
