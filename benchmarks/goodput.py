@@ -172,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sync-checkpoints", action="store_true",
                    help="run the trainer with --sync-checkpoints (the synchronous save, to "
                    "compare its stall)")  # fmt: skip
+    p.add_argument("--no-rescue-checkpoint", action="store_true",
+                   help="run the trainer with --no-rescue-checkpoint (resume from the last "
+                   "periodic checkpoint, to compare the steps recomputed)")  # fmt: skip
     return p
 
 
@@ -184,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 **asdict(base),
                 "failure": args.failure,
                 "sync_checkpoints": args.sync_checkpoints,
+                "no_rescue_checkpoint": args.no_rescue_checkpoint,
                 **{k: v for k, v in (("every_s", args.every), ("failures", args.failures),
                                      ("pairs", args.pairs)) if v is not None},
             }

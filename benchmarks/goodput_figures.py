@@ -44,6 +44,9 @@ class GoodputConfig:
     timeout_s: float = 3600.0
     sync_checkpoints: bool = False
     """The trainer's ``--sync-checkpoints``: the save stall of a synchronous write, to compare."""
+    no_rescue_checkpoint: bool = False
+    """The trainer's ``--no-rescue-checkpoint``: restarts resume from the last periodic
+    checkpoint (the steps recomputed without the survivors' save, to compare)."""
 
     def __post_init__(self) -> None:
         if self.failure not in SIGNALS:
@@ -70,6 +73,7 @@ class GoodputConfig:
             "--log-every", str(self.log_every_s),
             "--seed", str(self.seed),
             *(["--sync-checkpoints"] if self.sync_checkpoints else []),
+            *(["--no-rescue-checkpoint"] if self.no_rescue_checkpoint else []),
         ]  # fmt: skip
 
 
@@ -84,6 +88,10 @@ class Failure:
     worker: int
     signal: str
     step_before: int | None = None
+    t_before: float | None = None
+    """When the chief logged ``step_before`` (its ``progress`` or ``start`` event)."""
+    trained_before: bool = False
+    """``step_before`` is from a ``progress`` line: training ran at the step time after it."""
     resumed_step: int | None = None
     first_step_t: float | None = None
     restart_t: float | None = None
@@ -100,9 +108,20 @@ class Failure:
 
     @property
     def recomputed(self) -> int | None:
+        """Steps trained again at least: the last step logged before the failure minus the
+        step resumed from."""
         if self.step_before is None or self.resumed_step is None:
             return None
         return max(0, self.step_before - self.resumed_step)
+
+    def recomputed_estimate(self, step_s: float) -> int | None:
+        """Steps trained again, with the steps run between the last ``progress`` line and the
+        failure counted at the undisturbed step time ``step_s`` (the line comes every
+        ``--log-every`` seconds, so :attr:`recomputed` misses up to that many seconds of steps)."""
+        if self.step_before is None or self.resumed_step is None or self.t_before is None:
+            return None
+        since = int(max(0.0, self.t - self.t_before) / step_s) if self.trained_before else 0
+        return max(0, self.step_before + since - self.resumed_step)
 
 
 @dataclass
@@ -170,10 +189,12 @@ def resolve_failures(record: JobRecord) -> None:
     """Fill each failure's last step before it, the step resumed from and the next first step."""
     chief = [(float(e["ts"]), e) for _, e in events(record, 0)]
     for failure in record.failures:
-        before = [e for ts, e in chief if ts <= failure.t and e["event"] in ("progress", "start")]
+        before = [(ts, e) for ts, e in chief
+                  if ts <= failure.t and e["event"] in ("progress", "start")]  # fmt: skip
         if before:
-            last = before[-1]
+            ts, last = before[-1]
             failure.step_before = int(last.get("step", last.get("start_step", 0)))
+            failure.t_before, failure.trained_before = ts, last["event"] == "progress"
         after = [(ts, e) for ts, e in chief if ts > failure.t]
         resume = next((e for _, e in after if e["event"] in ("resume", "start")), None)
         if resume is not None:
@@ -228,6 +249,7 @@ def figures(cfg: GoodputConfig, steps: int, pairs: list[tuple[JobRecord, JobReco
     rows = []
     all_failures: list[Failure] = []
     stall_fractions: list[float] = []
+    estimates: list[int] = []
     for clean, failing in pairs:
         for job in (clean, failing):
             if job.exit_code != 0:
@@ -236,6 +258,8 @@ def figures(cfg: GoodputConfig, steps: int, pairs: list[tuple[JobRecord, JobReco
         step_s = useful / steps
         stall_fractions += [s / step_s for s in save_stalls(failing)]
         all_failures += failing.failures
+        estimates += [r for f in failing.failures
+                      if (r := f.recomputed_estimate(step_s)) is not None]  # fmt: skip
         rows.append(
             {
                 "useful_s": round(useful, 3),
@@ -245,7 +269,9 @@ def figures(cfg: GoodputConfig, steps: int, pairs: list[tuple[JobRecord, JobReco
                 "wall_s": {"undisturbed": round(clean.wall_s, 3), "failures": failing.wall_s},
                 "failures": [asdict(f) | {"to_first_step_s": f.to_first_step_s,
                                           "to_restart_s": f.to_restart_s,
-                                          "recomputed": f.recomputed} for f in failing.failures],
+                                          "recomputed": f.recomputed,
+                                          "recomputed_estimate": f.recomputed_estimate(step_s)}
+                               for f in failing.failures],
                 "attempts_undisturbed": attempts(clean),
                 "attempts_with_failures": attempts(failing),
                 "save_s": save_stalls(failing),
@@ -261,12 +287,13 @@ def figures(cfg: GoodputConfig, steps: int, pairs: list[tuple[JobRecord, JobReco
             "median_interval_95": median_interval(latencies),
             "n": len(latencies),
         }
-    if recomputed:
-        mean = statistics.fmean(recomputed)
+    if recomputed and estimates:
+        mean = statistics.fmean(estimates)
         out["recomputed_steps"] = {
             "mean": round(mean, 2),
-            "max": max(recomputed),
+            "max": max(estimates),
             "fraction_of_interval": round(mean / cfg.checkpoint_every, 4),
+            "logged_mean": round(statistics.fmean(recomputed), 2),
         }
     if stall_fractions:
         out["save_stall_fraction_of_step"] = {

@@ -83,12 +83,16 @@ def test_the_figures_of_a_pair():
     assert f["goodput_with_failures"]["median"] == round(40 / 62, 4)
     assert f["failure_to_first_step_s"]["p50"] == 11.5
     assert f["failure_to_first_step_s"]["median_interval_95"] is None  # 1 failure: no interval
-    assert f["recomputed_steps"] == {"mean": 20, "max": 20, "fraction_of_interval": 0.2}
+    # Logged: step 120 at t=19.5, resumed from 100; the kill at t=20 came 5 steps of 0.1 s later.
+    assert f["recomputed_steps"] == {
+        "mean": 25, "max": 25, "fraction_of_interval": 0.25, "logged_mean": 20
+    }  # fmt: skip
+    assert f["pairs"][0]["failures"][0]["recomputed_estimate"] == 25
     # Saves of 0.2 and 0.4 s on a 0.1 s step.
     assert f["save_stall_fraction_of_step"] == {"median": 3.0, "max": 4.0}
     lines = gp.verdicts(cfg, f)
     assert lines[0].startswith("N/A"), lines  # fewer than 10 kills
-    assert lines[1].startswith("MISS") and "20.0 of 100 (20.0%)" in lines[1], lines
+    assert lines[1].startswith("MISS") and "25.0 of 100 (25.0%)" in lines[1], lines
     assert lines[2].startswith("MISS"), lines
     assert lines[3].startswith("N/A"), lines  # not the target's 2-minute schedule
 
@@ -137,12 +141,17 @@ def test_a_bad_schedule_names_the_field(field, value, message):
         GoodputConfig(**{field: value})
 
 
-@pytest.mark.parametrize("sync", [False, True], ids=["async-save", "sync-save"])
-def test_the_jobs_flags_are_the_trainers_and_choose_the_save(sync: bool):
+@pytest.mark.parametrize(
+    ("sync", "no_rescue"), [(False, False), (True, False), (False, True)],
+    ids=["async-save", "sync-save", "no-rescue"],
+)  # fmt: skip
+def test_the_jobs_flags_are_the_trainers_and_choose_the_save(sync: bool, no_rescue: bool):
     from trainer.contract.flags import TrainerFlags
 
-    flags = TrainerFlags.from_argv(GoodputConfig(sync_checkpoints=sync).trainer_args(400))
+    cfg = GoodputConfig(sync_checkpoints=sync, no_rescue_checkpoint=no_rescue)
+    flags = TrainerFlags.from_argv(cfg.trainer_args(400))
     assert flags.sync_checkpoints is sync, flags
+    assert flags.no_rescue_checkpoint is no_rescue, flags
     # Epochs of one checkpoint interval each: the job's data is one interval's examples.
     assert (flags.checkpoint_every, flags.epochs) == (200, 2), flags
     assert flags.synthetic_examples == 200 * 64 * 2, flags
@@ -151,3 +160,19 @@ def test_the_jobs_flags_are_the_trainers_and_choose_the_save(sync: bool):
 def test_a_job_is_whole_checkpoint_intervals():
     with pytest.raises(ValueError, match="steps: must be a multiple of 200; got 300"):
         GoodputConfig().trainer_args(300)
+
+
+@pytest.mark.parametrize(
+    ("failure", "expected"),
+    [
+        # progress at step 120 at t=19.5; killed at t=20 (5 steps of 0.1 s later)
+        (Failure(20.0, 1, "kill", 120, resumed_step=100, t_before=19.5, trained_before=True), 25),
+        # resumed past everything trained: nothing recomputed
+        (Failure(20.0, 1, "kill", 120, resumed_step=125, t_before=19.5, trained_before=True), 0),
+        # killed after `start`, before any step: the time since is start-up, not steps
+        (Failure(20.0, 1, "kill", 100, resumed_step=100, t_before=15.0, trained_before=False), 0),
+        (Failure(20.0, 1, "kill", None, resumed_step=100), None),
+    ],
+)
+def test_recomputed_steps_count_the_steps_since_the_last_progress_line(failure, expected):
+    assert failure.recomputed_estimate(0.1) == expected, failure
