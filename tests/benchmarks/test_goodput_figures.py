@@ -90,11 +90,14 @@ def test_the_figures_of_a_pair():
     assert f["pairs"][0]["failures"][0]["recomputed_estimate"] == 25
     # Saves of 0.2 and 0.4 s on a 0.1 s step.
     assert f["save_stall_fraction_of_step"] == {"median": 3.0, "max": 4.0}
+    # 0.6 s of saves over 40 s of training: 1.5% of the step time.
+    assert f["save_stall_share_of_training"] == 0.015
     lines = gp.verdicts(cfg, f)
     assert lines[0].startswith("N/A"), lines  # fewer than 10 kills
     assert lines[1].startswith("MISS") and "25.0 of 100 (25.0%)" in lines[1], lines
     assert lines[2].startswith("MISS"), lines
-    assert lines[3].startswith("N/A"), lines  # not the target's 2-minute schedule
+    assert lines[3].startswith("PASS") and "1.50% of the training time" in lines[3], lines
+    assert lines[4].startswith("N/A"), lines  # not the target's 2-minute schedule
 
 
 def test_a_failed_job_is_no_measurement():
