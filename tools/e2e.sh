@@ -25,6 +25,15 @@ for dir in "$cache_root" "$root"; do
   fi
 done
 
+# One e2e run per machine at a time: every run shares the Docker and containerd data roots under
+# ~/.cache/tf-distributed, the host's iptables chains and /tmp/tfd-e2e-volumes. A second run (another
+# checkout, a worktree) waits for the first instead of corrupting it.
+exec 9>"$cache_root/e2e.lock"
+if ! flock -n 9; then
+  echo "e2e: another e2e run on this machine holds $cache_root/e2e.lock; waiting for it to end" >&2
+  flock 9
+fi
+
 # A Docker daemon of our own for the image tests: a private socket, no bridge network and no
 # iptables rules (builds use the host's network), images kept by version in the tools cache.
 docker_dir=$root/.tools/docker
@@ -35,7 +44,7 @@ start_docker() {
     --host "unix://$docker_dir/docker.sock" --exec-root "$docker_dir/exec" \
     --pidfile "$docker_dir/dockerd.pid" \
     --data-root "${TFD_DOCKER_DATA:-$HOME/.cache/tf-distributed/docker}" \
-    >"$docker_dir/dockerd.log" 2>&1 &
+    >"$docker_dir/dockerd.log" 2>&1 9>&- &
   docker_pid=$!
   export DOCKER_HOST=unix://$docker_dir/docker.sock
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && return 0; sleep 1; done
