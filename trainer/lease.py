@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import socket
@@ -60,6 +61,9 @@ LEASE_FILE = "chief.lease"
 RENEW_SECONDS = 10.0
 """How often the holder rewrites its lease."""
 TTL_SECONDS = 3 * RENEW_SECONDS
+MAX_HOLD_SECONDS = 3600.0
+"""The longest a lease may claim to be held past its renewal; a lease file that claims more
+(or an expiry that is not a finite time) is not a lease."""
 """A lease not renewed for this long has expired: another holder may take it."""
 SETTLE_SECONDS = 1.0
 """Wait before reading back a lease just taken over (see the module docstring)."""
@@ -186,10 +190,17 @@ class LeaseRecord:
         """Raises: RunConflictError naming ``where`` when the text is not a lease."""
         try:
             doc = json.loads(text)
-            return cls(str(doc["holder"]), float(doc["expires_at"]), float(doc["renewed_at"]))
-        except (ValueError, KeyError, TypeError):
+            record = cls(str(doc["holder"]), float(doc["expires_at"]), float(doc["renewed_at"]))
+            # A lease no chief could have written (an expiry that is not a time, or one that
+            # never comes) must not hold a run forever, nor crash the reader.
+            held_for = record.expires_at - record.renewed_at
+            if not (math.isfinite(record.renewed_at) and 0 <= held_for <= MAX_HOLD_SECONDS):
+                raise ValueError(record)
+            return record
+        except (ValueError, KeyError, TypeError, OverflowError):
             raise RunConflictError(
-                f"{where}: must be a JSON lease with holder, expires_at and renewed_at; got "
+                f"{where}: must be a JSON lease with holder, expires_at and renewed_at (Unix "
+                f"seconds, held at most {MAX_HOLD_SECONDS:.0f} s past renewed_at); got "
                 f"{text.strip()[:200]!r}; delete it only if no chief is running"
             ) from None
 

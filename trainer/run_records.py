@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -146,11 +147,22 @@ def _str(doc: Mapping[str, Any] | None, key: str) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
 
 
-def _float(doc: Mapping[str, Any] | None, key: str) -> float | None:
+def _float(
+    doc: Mapping[str, Any] | None, key: str, problems: list[str], where: str
+) -> float | None:
+    """``doc[key]`` as a finite float; ``None`` (with a problem) for ``NaN``, ``1e999`` or an
+    integer past a float's range, which a JSON document can hold but a figure cannot."""
     value = (doc or {}).get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        problems.append(f"{where}: {key} must be a finite number; got {str(value)[:40]}")
+        return None
+    return number
 
 
 def _seconds(when: str | None) -> float | None:
@@ -188,7 +200,8 @@ def read_run(root: str, run_id: str, now: float) -> RunRecord | None:
     except Exception as err:  # noqa: BLE001 - OSError or tf.errors.OpError
         return RunRecord(run_id, STOPPED, problems=[f"{run_dir}: cannot read: {err}"])
     manifest = _json_object(_join(run_dir, MANIFEST_FILE), problems)
-    summary = _json_object(_join(run_dir, SUMMARY_FILE), problems)
+    summary_path = _join(run_dir, SUMMARY_FILE)
+    summary = _json_object(summary_path, problems)
     done_path = _join(run_dir, contract.DONE_MARKER)
     done_text = _text(done_path, problems)
     done: DoneRecord | None = None
@@ -226,9 +239,9 @@ def read_run(root: str, run_id: str, now: float) -> RunRecord | None:
         run_id=run_id,
         state=state,
         step=step,
-        accuracy=_float(finished_summary, "accuracy"),
-        eval_accuracy=_float(finished_summary, "eval_accuracy"),
-        loss=_float(finished_summary, "loss"),
+        accuracy=_float(finished_summary, "accuracy", problems, summary_path),
+        eval_accuracy=_float(finished_summary, "eval_accuracy", problems, summary_path),
+        loss=_float(finished_summary, "loss", problems, summary_path),
         started_utc=started,
         finished_utc=finished,
         duration_s=end - begin if begin is not None and end is not None else None,

@@ -48,8 +48,11 @@ class DoneRecord:
             if stripped.isdigit():
                 return cls(final_step=int(stripped))
             doc = json.loads(stripped)
+            final_step = _opt_int(doc["final_step"])
+            if final_step is None or final_step < 0:
+                raise ValueError(final_step)
             return cls(
-                final_step=int(doc["final_step"]),
+                final_step=final_step,
                 epochs=_opt_int(doc.get("epochs")),
                 steps_per_epoch=_opt_int(doc.get("steps_per_epoch")),
                 global_batch=_opt_int(doc.get("global_batch")),
@@ -58,7 +61,8 @@ class DoneRecord:
             )
         except (ValueError, KeyError, TypeError):
             raise CheckpointError(
-                f"{where}: must be the final step or a JSON object with final_step; got "
+                f"{where}: must be the final step or a JSON object with final_step (an integer "
+                f">= 0); got "
                 f"{stripped[:200]!r}; delete it only if the run is not finished"
             ) from None
 

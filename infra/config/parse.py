@@ -24,7 +24,7 @@ from infra.config.model import (
     WorkerConfig,
 )
 from infra.config.quantities import millis
-from infra.config.reading import read_keys
+from infra.config.reading import hide_secrets, read_keys
 from infra.provenance import config_digest
 
 MINIKUBE_CONTEXT = "minikube"
@@ -69,7 +69,7 @@ def parse_config(
         stack=stack,
     )
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError([hide_secrets(line, raw, secret_keys) for line in problems])
     cfg = build(reading.values, reading.secrets_set, project=project, stack=stack)
     shown = {
         k: (k in reading.secrets_set) if k in SECRET_KEYS else v for k, v in reading.values.items()

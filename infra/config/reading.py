@@ -82,9 +82,33 @@ def read_keys(
                 values[name] = (secrets or {}).get(name)
             continue
         values[name], broken = key.kind.read(raw[full])
-        problems += [problem(name, rule, shown) for rule, shown in broken]
-    problems += _provider_problems(raw) + _unknown_keys(raw)
+        hidden = full in secret_keys
+        problems += [problem(name, rule, SECRET_SHOWN if hidden else v) for rule, v in broken]
+    problems += _provider_problems(raw) + _unknown_keys(raw, secret_keys)
     return Reading(values, frozenset(secrets_set), problems)
+
+
+class _Hidden:
+    """Stands in an error line for a value that was set as a secret."""
+
+    def __repr__(self) -> str:
+        return "a value set as a secret (not shown)"
+
+
+SECRET_SHOWN = _Hidden()
+
+
+def hide_secrets(line: str, raw: Mapping[str, Any], secret_keys: Collection[str]) -> str:
+    """``line`` with every value set as a secret (whatever its key) replaced by
+    a mark: as given, and as ``repr`` writes it inside quotes (a multi-line
+    kubeconfig shows its newlines escaped)."""
+    for full in secret_keys:
+        value = raw.get(full)
+        if not isinstance(value, str) or len(value) < 4:
+            continue  # empty or too short to mask without blanking unrelated text
+        for text in (value, repr(value)[1:-1]):
+            line = line.replace(text, "(secret, not shown)")
+    return line
 
 
 def _provider_problems(raw: Mapping[str, Any]) -> list[str]:
@@ -102,7 +126,7 @@ def _provider_problems(raw: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _unknown_keys(raw: Mapping[str, Any]) -> list[str]:
+def _unknown_keys(raw: Mapping[str, Any], secret_keys: Collection[str]) -> list[str]:
     """A project key the table does not declare, with what replaced it or what it likely
     meant (a typo of a declared key: ``replica``, ``epoch``)."""
     out = []
@@ -115,7 +139,6 @@ def _unknown_keys(raw: Mapping[str, Any]) -> list[str]:
         else:
             near = difflib.get_close_matches(name, sorted(KEYS), n=1, cutoff=0.75)
             hint = f"; did you mean {PROJECT}:{near[0]}?" if near else ""
-        out.append(
-            f"{full_key}: unknown key (not declared in Pulumi.yaml{hint}); got {raw[full_key]!r}"
-        )
+        shown = SECRET_SHOWN if full_key in secret_keys else raw[full_key]
+        out.append(f"{full_key}: unknown key (not declared in Pulumi.yaml{hint}); got {shown!r}")
     return out

@@ -350,7 +350,36 @@ def test_example_stack_files_ship_no_secret_ciphertext():
         )
 
 
-def test_secret_value_is_never_echoed():
+KUBECONFIG_TEXT = "apiVersion: v1\nusers:\n- user:\n    token: eyJhbGciOiJSUzI1NiJ9.hunter2\n"
+
+SECRET_ECHOES = [
+    # a misspelled key set with --secret: unknown, and its value a secret all the same
+    ({P + "kubeconfg": KUBECONFIG_TEXT}, P + "kubeconfg"),
+    # a declared plain key set with --secret and breaking its rule
+    ({P + "imageTag": "latest-hunter2!"}, P + "imageTag"),
+    # a value set as a secret that another key's rule shows
+    (
+        {P + "checkpointUri": "gs://hunter2-bucket/ckpt", P + "egressHttpsCidrs": []},
+        P + "egressHttpsCidrs",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key"), SECRET_ECHOES, ids=lambda v: str(v)[:40])
+def test_a_value_set_as_a_secret_is_never_shown(overrides, key):
+    # The values as the program's own config read and tfd hold them: decrypted, with the keys
+    # that were set as secrets named beside them (here the first of the overrides).
+    values, secret_keys = stack_config("dev", overrides)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(values, [*secret_keys, *list(overrides)[:1]], {}, {}, stack="dev")
+    text = str(caught.value)
+    assert "hunter2" not in text, f"{overrides}: a secret shown in {text}"
+    assert any(line.startswith(f"{key}:") for line in caught.value.problems), (
+        f"{overrides}: no problem names {key}: {text}"
+    )
+
+
+def test_a_declared_secret_in_plain_text_is_never_shown():
     with pytest.raises(ConfigError) as caught:
         render_stack("dev", {P + "kubeconfig": "token: hunter2"})
     assert "hunter2" not in str(caught.value)

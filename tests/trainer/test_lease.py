@@ -173,11 +173,23 @@ def test_a_holder_that_lost_its_lease_stops_without_writing(tmp_path: Path):
     assert (tmp_path / LEASE_FILE).read_bytes() == taken, "release deleted another's lease"
 
 
-def test_a_garbage_lease_is_refused_with_one_line(tmp_path: Path):
-    (tmp_path / LEASE_FILE).write_text("not json")
+GARBAGE_LEASES = [
+    "not json",
+    '{"holder": "x", "expires_at": 1e999, "renewed_at": 1.0}',  # would never expire
+    '{"holder": "x", "expires_at": NaN, "renewed_at": 1.0}',
+    '{"holder": "x", "expires_at": 9e15, "renewed_at": 1.0}',  # held for 285 million years
+    '{"holder": "x", "expires_at": 1.0, "renewed_at": 9.0}',  # expires before its renewal
+]
+
+
+@pytest.mark.parametrize("text", GARBAGE_LEASES)
+def test_a_garbage_lease_is_refused_with_one_line(tmp_path: Path, text: str):
+    (tmp_path / LEASE_FILE).write_text(text)
     with pytest.raises(RunConflictError) as caught:
         _lease(tmp_path).acquire()
-    assert str(caught.value).startswith(f"{tmp_path / LEASE_FILE}: must be a JSON lease")
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / LEASE_FILE}: must be a JSON lease"), message
+    assert "\n" not in message, message
 
 
 POD = {contract.ENV_NAMESPACE: "ml", contract.ENV_POD_NAME: "tfd-worker-0"}

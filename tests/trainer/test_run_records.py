@@ -103,6 +103,31 @@ def corrupt_done(run: Path) -> None:
     _done(run, "done")
 
 
+def nan_loss(run: Path) -> None:
+    done_run(run)
+    _summary(run, '{"final_step": 96, "loss": NaN, "accuracy": 0.9}')
+
+
+def overflowing_accuracy(run: Path) -> None:
+    done_run(run)
+    _summary(run, '{"final_step": 96, "loss": 0.25, "accuracy": 1e999}')
+
+
+def huge_integer_loss(run: Path) -> None:
+    done_run(run)
+    _summary(run, '{"final_step": 96, "loss": ' + "9" * 400 + ', "accuracy": 0.9}')
+
+
+def overflowing_final_step(run: Path) -> None:
+    done_run(run)
+    _done(run, '{"final_step": 1e999}')
+
+
+def endless_lease(run: Path) -> None:
+    checkpoint_only(run)
+    (run / LEASE_FILE).write_text('{"holder": "x", "expires_at": 1e999, "renewed_at": 1.0}')
+
+
 def corrupt_checkpoint_state(run: Path) -> None:
     _manifest(run)
     (run / "checkpoints").mkdir()
@@ -132,6 +157,7 @@ DONE = {
     "finished_utc": "2026-12-03T09:30:00Z",
     "duration_s": 1800.0,
 }
+FINISH_UNKNOWN = {"finished_utc": None, "duration_s": None}
 NO_MANIFEST = dict.fromkeys(("started_utc", "image", "image_digest", "source_commit"))
 NO_MANIFEST["config_hash"] = None
 
@@ -146,8 +172,13 @@ NO_MANIFEST["config_hash"] = None
         (old_format_done, {**DONE, **NO_MANIFEST, "finished_utc": None, "duration_s": None}, ""),
         (digest_reference_no_digest_field, {"step": 8, "image": f"reg/tfd@{DIGEST}"}, ""),
         (corrupt_summary, {**DONE, "accuracy": None, "loss": None}, "summary.json: not JSON"),
-        (corrupt_done, {**DONE, "finished_utc": None, "duration_s": None}, "DONE: must be"),
+        (corrupt_done, {**DONE, **FINISH_UNKNOWN}, "DONE: must be"),
         (corrupt_checkpoint_state, {}, "checkpoint: names no checkpoint"),
+        (nan_loss, {**DONE, "loss": None}, "loss must be a finite number; got nan"),
+        (overflowing_accuracy, {**DONE, "accuracy": None}, "accuracy must be a finite number"),
+        (huge_integer_loss, {**DONE, "loss": None}, "loss must be a finite number; got 999"),
+        (overflowing_final_step, {**DONE, **FINISH_UNKNOWN}, "DONE: must be"),
+        (endless_lease, {"step": 40}, "chief.lease: must be a JSON lease"),
     ],
     ids=lambda v: getattr(v, "__name__", None),
 )
@@ -242,3 +273,16 @@ def test_an_unreadable_root_is_one_line_and_exit_5(
     assert err.count("\n") == 1 and "cannot list the runs: [Errno 13]" in err, err
     assert run_records.main(["--json"], env={}) == 3
     assert "TFD_CHECKPOINT_DIR: needs" in capsys.readouterr().err
+
+
+def test_one_garbled_record_leaves_the_other_runs_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    for name, make in (("good", done_run), ("nan", nan_loss), ("huge", huge_integer_loss)):
+        (tmp_path / name).mkdir()
+        make(tmp_path / name)
+    assert run_records.main(["--json", str(tmp_path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_id = {r["run_id"]: r for r in doc["runs"]}
+    assert by_id["good"]["loss"] == 0.25 and by_id["good"]["problems"] == [], by_id["good"]
+    assert by_id["nan"]["loss"] is None and by_id["huge"]["loss"] is None, by_id

@@ -55,7 +55,11 @@ def test_record_round_trip(tmp_path: Path):
     assert text.endswith("\n") and text.count("\n") == 1, text
 
 
-@pytest.mark.parametrize("text", ["", "done", '{"epochs": 3}', '{"final_step": "x"}', "[1]"])
+BAD_MARKERS = ["", "done", '{"epochs": 3}', '{"final_step": "x"}', "[1]"]
+BAD_MARKERS += ['{"final_step": 1e999}', '{"final_step": -1}', '{"final_step": 2.5}']
+
+
+@pytest.mark.parametrize("text", BAD_MARKERS)
 def test_bad_marker_is_a_checkpoint_error(tmp_path: Path, text: str):
     (tmp_path / contract.DONE_MARKER).write_text(text)
     with pytest.raises(CheckpointError, match=r"DONE: must be the final step or a JSON object"):
