@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from infra.config.code_dir import DOCKERIGNORE, STARTER, shipped_credentials
 from infra.config.errors import PROJECT, problem
 from infra.config.kinds import PROJECT_DIR
 from infra.config.model import ImageConfig
@@ -147,6 +148,16 @@ def _code_directory_rule(name: str, project_dir: Path) -> str | None:
     root = project_dir.resolve()
     if path == root or path in root.parents:
         return "must not be the project directory or hold it (name the directory of your code)"
+    if not path.is_relative_to(root):
+        return "must be inside the project directory (a relative path that stays in it)"
     if path.is_relative_to(root / TRAINER_PACKAGE):
         return f"must not be inside the trainer package ({TRAINER_PACKAGE}/), already in the image"
+    shipped = shipped_credentials(path)
+    if shipped:
+        named = ", ".join(shipped[:3]) + (f" and {len(shipped) - 3} more" if shipped[3:] else "")
+        ignore = f"{name.rstrip('/')}/{DOCKERIGNORE}"
+        return (
+            f"would copy {named} into the pushed image: exclude it in {ignore} "
+            f"(e.g. {STARTER}) or move it out"
+        )
     return None

@@ -45,6 +45,14 @@ TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 _EXAMPLES = {"CPU": "'500m' or '2'", "memory": "'512Mi' or '4Gi'", "storage": "'10Gi'"}
+_BOUNDS = {
+    # Below a millicore Kubernetes rounds a CPU quantity up; past 1024 cores no node has it and
+    # the autoscaler's utilisation target (percent of the limit, an int32) overflows.
+    "CPU": ("1m", Decimal("0.001"), "1024", Decimal(1024)),
+    "memory": ("1Mi", Decimal(2**20), "64Ti", Decimal(64 * 2**40)),
+    "storage": ("1Mi", Decimal(2**20), "1Pi", Decimal(2**50)),
+}
+"""Each quantity's range (as written, as a value): what a node or a volume can give."""
 
 
 class Read(NamedTuple):
@@ -306,6 +314,10 @@ class Quantity:
             return Read(None, [*broken, (f"must be a positive quantity of {self.what}", text)])
         if self.whole and amount != amount.to_integral_value():
             return Read(None, [("must be a whole number of bytes (e.g. '10Gi')", text)])
+        least_text, least, most_text, most = _BOUNDS[self.what]
+        if not least <= amount <= most:
+            rule = f"must be a quantity of {self.what} from {least_text} to {most_text}"
+            return Read(None, [*broken, (rule, text)])
         return Read(Amount(text, amount), broken)
 
 
@@ -363,7 +375,10 @@ Kind = (
 
 
 def cidr(text: str) -> str:
-    """A CIDR with its host bits zero. Raises ``ValueError`` otherwise."""
+    """A CIDR with its prefix length and its host bits zero (a NetworkPolicy's ipBlock needs
+    both). Raises ``ValueError`` otherwise."""
+    if "/" not in text:
+        raise ValueError(text)
     ipaddress.ip_network(text, strict=True)
     return text
 

@@ -291,6 +291,14 @@ INVALID = [
         "CIDR such as '0.0.0.0/0'",
         "'10.0.0.1/8'",
     ),
+    # a bare address: a NetworkPolicy's ipBlock needs a prefix length
+    ("prod", {P + "egressHttpsCidrs": ["10.0.0.1"]}, "egressHttpsCidrs", "CIDR such", "10.0.0.1"),
+    ("dev", {P + "apiServerCidrs": ["10.96.0.1"]}, "apiServerCidrs", "CIDR such", "10.96.0.1"),
+    # quantities past what a node or a volume gives
+    ("dev", {P + "cpuLimit": "1e23"}, "cpuLimit", "of CPU from 1m to 1024", "1e23"),
+    ("dev", {P + "cpuRequest": "1e-9"}, "cpuRequest", "of CPU from 1m to 1024", "1e-9"),
+    ("dev", {P + "memoryLimit": "1e400"}, "memoryLimit", "of memory from 1Mi to 64Ti", "1e400"),
+    ("dev", {P + "memoryRequest": "1"}, "memoryRequest", "of memory from 1Mi to 64Ti", "'1'"),
     ("dev", {P + "apiServerPorts": "[443, 0]"}, "apiServerPorts", "integers in [1, 65535]", "443"),
     ("dev", {P + "gpuTolerations": "not json"}, "gpuTolerations", "array of strings", "not json"),
     (
