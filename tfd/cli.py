@@ -7,10 +7,13 @@ Options are never abbreviated (``--epoch`` is refused, not taken for ``--epochs`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -105,8 +108,33 @@ def build_parser() -> Parser:
     return parser
 
 
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end ``tfd`` as Ctrl-C does: through ``KeyboardInterrupt``, so a
+    running ``pulumi up`` is waited for and the interpreter exits normally, running the exit
+    handlers that delete the kubernetes client's temporary files (a kubeconfig's client key)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (``tfd.errors``)."""
+    with signals_interrupt():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from tfd import commands
 
     as_json = "--json" in (sys.argv[1:] if argv is None else argv)

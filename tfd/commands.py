@@ -244,10 +244,17 @@ def submit(args: argparse.Namespace) -> int:
         f"run {run_id} ({'continued' if run_id == current else 'new'}) on stack {handle.name}: "
         f"{cfg.training.epochs} epochs, {cfg.workers.replicas} workers",
     )
-    # Only what differs from the stack's own config is written to its settings file.
-    handle.set_config({k: v for k, v in changes.items() if _text(handle, k) != raw[k]})
-    cluster = Cluster.connect(handle.access(), cfg.namespace, cfg.statefulset_name)
-    _up(handle, cluster, view, args.json)
+    # Only what differs from the stack's own config is written to its settings file, which
+    # up reads; it is put back unless the update went through.
+    saved = handle.saved_settings()
+    try:
+        handle.set_config({k: v for k, v in changes.items() if _text(handle, k) != raw[k]})
+        cluster = Cluster.connect(handle.access(), cfg.namespace, cfg.statefulset_name)
+        _up(handle, cluster, view, args.json)
+    except BaseException as err:
+        if not isinstance(err, UpInterrupted) or not err.applied:
+            handle.restore(saved)
+        raise
     resumed = _resume(cluster, run_id, cfg.workers.replicas)
     if resumed:
         say(
@@ -311,6 +318,50 @@ def _up(handle: StackHandle, cluster: Cluster, view: StatusView, as_json: bool) 
         before = None  # no namespace yet: every template is new
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
+    try:
+        failed = _watch_up(handle, cluster, view, as_json, thread, before, quiet)
+    except KeyboardInterrupt:
+        # The terminal's Ctrl-C reached the CLI too (one process group): it is cancelling,
+        # recording what exists and unlocking the stack. Leaving now would orphan it.
+        _sayer(as_json, view)(
+            {"event": "interrupted", "waiting_for": "pulumi up"},
+            "interrupted: waiting for pulumi up to stop and record what exists (Ctrl-C again "
+            "leaves now and can leave the stack locked)",
+        )
+        thread.join()
+        raise UpInterrupted(applied="result" in outcome) from None
+    thread.join()
+    if failed is not None:
+        raise RunFailedError(
+            f"{failed} (pulumi up stopped waiting for the workers; fix the setting and submit "
+            "again)"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    if "result" not in outcome:
+        raise StackError(f"pulumi up --stack {handle.name}: ended without a result")
+
+
+class UpInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``submit``'s ``pulumi up``, raised once the CLI has ended; ``applied``:
+    the update went through all the same (the settings it ran with are kept)."""
+
+    def __init__(self, applied: bool) -> None:
+        super().__init__()
+        self.applied = applied
+
+
+def _watch_up(
+    handle: StackHandle,
+    cluster: Cluster,
+    view: StatusView,
+    as_json: bool,
+    thread: threading.Thread,
+    before: str | None,
+    quiet: threading.Event,
+) -> str | None:
+    """Read the cluster while ``up`` runs in ``thread``; the reason ``up`` was stopped for, if
+    it was (a worker of the new template failing with its own error)."""
     seen = ""
     failed: str | None = None
     replaced: set[str] = set()
@@ -346,16 +397,7 @@ def _up(handle: StackHandle, cluster: Cluster, view: StatusView, as_json: bool) 
                 failed = why
             else:
                 quiet.clear()
-    thread.join()
-    if failed is not None:
-        raise RunFailedError(
-            f"{failed} (pulumi up stopped waiting for the workers; fix the setting and submit "
-            "again)"
-        )
-    if "error" in outcome:
-        raise outcome["error"]
-    if "result" not in outcome:
-        raise StackError(f"pulumi up --stack {handle.name}: ended without a result")
+    return failed
 
 
 def _resume(cluster: Cluster, run_id: str, replicas: int) -> bool:

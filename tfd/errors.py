@@ -28,7 +28,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_TIMEOUT: "timed out (--timeout)",
     EXIT_STOPPED: "the run is stopped",
     EXIT_UNAVAILABLE: "the stack, the Pulumi engine or the cluster failed or is unreachable",
-    EXIT_INTERRUPTED: "interrupted",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C, SIGTERM or SIGHUP)",
 }
 
 

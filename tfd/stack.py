@@ -153,6 +153,29 @@ class StackHandle:
                 )
         self._config = None
 
+    @property
+    def settings_file(self) -> Path:
+        """The stack's settings file, ``Pulumi.<stack>.yaml`` (the last part of a qualified
+        name), which ``set_config`` writes and ``up`` reads."""
+        return self.project_dir / f"Pulumi.{self.name.rsplit('/', 1)[-1]}.yaml"
+
+    def saved_settings(self) -> bytes | None:
+        """The settings file as it is now (``None``: there is none), for :meth:`restore`."""
+        try:
+            return self.settings_file.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def restore(self, saved: bytes | None) -> None:
+        """Put back the settings file :meth:`saved_settings` read, byte for byte (secrets stay
+        the ciphertext they were): a submit whose update did not go through leaves the user's
+        settings as they were."""
+        if saved is None:
+            self.settings_file.unlink(missing_ok=True)
+        else:
+            self.settings_file.write_bytes(saved)
+        self._config = None
+
     def cancel_update(self) -> bool:
         """Ask the ``pulumi up`` this process runs to stop, as Ctrl-C asks it: the engine stops
         waiting for the provider (the workers' readiness) and records what exists, and ``up``

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +111,39 @@ def test_python_dash_m_tfd_without_a_stack_is_one_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == errors.EXIT_USAGE, result.stderr
     assert result.stderr == f"tfd: error: --project-dir: no Pulumi.yaml in {tmp_path}\n"
+
+
+KEY_HOLDER = """
+import base64, signal, sys, time
+from kubernetes import config
+from kubernetes.config import kube_config
+from tfd.cli import signals_interrupt
+
+pem = base64.b64encode(b"-----BEGIN PRIVATE KEY-----\\nx\\n-----END PRIVATE KEY-----\\n").decode()
+doc = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+       "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+       "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+       "users": [{"name": "u", "user": {"client-certificate-data": pem, "client-key-data": pem}}]}
+with signals_interrupt():
+    try:
+        config.load_kube_config_from_dict(doc)
+        print(*kube_config._temp_files.values(), flush=True)
+        time.sleep(60)
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_signal_leaves_no_client_key_on_disk(sig: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KEY_HOLDER], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    assert proc.stdout is not None
+    files = proc.stdout.readline().split()
+    assert files and all(Path(f).exists() for f in files), files
+    proc.send_signal(getattr(signal, sig))
+    assert proc.wait(30) == 130
+    left = [f for f in files if Path(f).exists()]
+    assert left == [], f"{sig}: the kubeconfig's client key left in {left}"

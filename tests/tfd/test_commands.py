@@ -135,6 +135,12 @@ class FakeHandle:
     def set_config(self, changes: dict) -> None:
         self.calls.append(("set_config", dict(changes)))
 
+    def saved_settings(self) -> bytes:
+        return b"the user's settings"
+
+    def restore(self, saved: bytes | None) -> None:
+        self.calls.append(("restore", saved))
+
     def up(self, on_output: Any, on_event: Any) -> object:
         self.calls.append(("up", None))
         return object()
@@ -352,7 +358,8 @@ def test_submit_stops_up_when_a_worker_of_the_new_template_fails_and_says_why(
         "setting and submit again)"
     )
     assert err.value.exit_code == 1
-    assert [c for c, _ in handle.calls] == ["set_config", "up", "cancel_update"], handle.calls
+    calls = [c for c, _ in handle.calls]
+    assert calls == ["set_config", "up", "cancel_update", "restore"], handle.calls
 
 
 @pytest.mark.parametrize(
@@ -388,3 +395,44 @@ def _until(done: Any, timeout: float = 10) -> bool:
         assert time.monotonic() < deadline, "tfd stopped reading the cluster during up"
         time.sleep(0.001)
     return False
+
+
+class InterruptedUpHandle(FakeHandle):
+    """``up`` as the CLI runs it after the terminal's Ctrl-C reached it too: it goes on
+    cancelling (or finishing) for a while, then ends with its own outcome."""
+
+    def __init__(self, applied: bool) -> None:
+        super().__init__()
+        self.applied = applied
+        self.ended = threading.Event()
+
+    def up(self, on_output: Any, on_event: Any) -> object:
+        self.calls.append(("up", None))
+        time.sleep(0.2)  # the engine recording what exists
+        self.ended.set()
+        if not self.applied:
+            raise StackError("pulumi up --stack e2e: error: update canceled")
+        return object()
+
+
+@pytest.mark.parametrize(
+    ("applied", "calls"),
+    [(False, ["set_config", "up", "restore"]), (True, ["set_config", "up"])],
+    ids=["cancelled: the settings put back", "went through: the settings kept"],
+)
+def test_ctrl_c_during_up_waits_for_the_cli_and_keeps_settings_only_if_it_went_through(
+    stack: FakeHandle, monkeypatch: pytest.MonkeyPatch, applied: bool, calls: list[str]
+) -> None:
+    handle = InterruptedUpHandle(applied)
+    monkeypatch.setattr(commands, "_handle", lambda args: handle)
+
+    def ctrl_c(timeout: float, done: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "wait", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        commands.submit(submit_args("--epochs", "4"))
+    assert handle.ended.is_set(), "tfd left before pulumi up had ended"
+    assert [c for c, _ in handle.calls] == calls, handle.calls
+    if not applied:
+        assert handle.calls[-1] == ("restore", b"the user's settings"), handle.calls

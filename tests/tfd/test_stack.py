@@ -78,3 +78,18 @@ def test_cancel_update_interrupts_this_processs_pulumi_up_only(tmp_path: Path) -
             proc.kill()
             proc.wait()
     assert StackHandle.cancel_update(None) is False  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("before", [b"config:\n  tf-distributed:epochs: '3'\n", None])
+def test_restore_puts_the_settings_file_back_byte_for_byte(tmp_path: Path, before) -> None:
+    h = handle(epochs="3")
+    h.name, h.project_dir = "org/tf-distributed/dev", tmp_path
+    path = tmp_path / "Pulumi.dev.yaml"
+    if before is not None:
+        path.write_bytes(before)
+    saved = h.saved_settings()
+    path.write_text("config:\n  tf-distributed:epochs: '9'\n  tf-distributed:runId: r2\n")
+    h.restore(saved)
+    after = path.read_bytes() if path.exists() else None
+    assert after == before, f"{path.name}: {after!r} after restore, {before!r} before"
+    assert h._config is None, "the config read before the change is still cached"
