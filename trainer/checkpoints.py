@@ -38,14 +38,17 @@ def checkpoint_root(env: Mapping[str, str]) -> str:
     value = env.get(contract.ENV_CHECKPOINT_DIR, "").strip()
     if not value:
         raise ContractError(
-            f"{contract.ENV_CHECKPOINT_DIR}: required (shared path or gs:// s3:// URI); "
+            f"{contract.ENV_CHECKPOINT_DIR}: required (shared path or gs:// URI); "
             f"got {env.get(contract.ENV_CHECKPOINT_DIR)!r}"
         )
+    why = contract.storage_problem(value)
+    if why is not None:
+        raise ContractError(f"{contract.ENV_CHECKPOINT_DIR}: {why}; got {value!r}")
     return value.rstrip("/")
 
 
 def join(root: str, name: str) -> str:
-    """``root`` and ``name`` with one slash: local paths and gs:// s3:// URIs alike."""
+    """``root`` and ``name`` with one slash: local paths and gs:// URIs alike."""
     return f"{root}/{name}"
 
 

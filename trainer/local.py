@@ -94,7 +94,7 @@ def build_parser_local() -> argparse.ArgumentParser:
     p.add_argument(
         "--checkpoint-root",
         default="runs",
-        help="directory (or gs:// s3:// URI) holding one directory per run id (default runs)",
+        help="directory (or gs:// URI) holding one directory per run id (default runs)",
     )
     p.add_argument(
         "--checkpoint-dir",
@@ -145,6 +145,10 @@ def _checkpoint_dir(args: argparse.Namespace) -> str:
     else:
         run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S")
         directory = f"{args.checkpoint_root.rstrip('/')}/{run_id}"
+    why = contract.storage_problem(directory)
+    if why is not None:
+        flag = "--checkpoint-dir" if args.checkpoint_dir else "--checkpoint-root"
+        build_parser_local().error(f"{flag}: {why}; got {directory!r}")
     run_id = contract.run_id_of(directory)
     if not contract.RUN_ID.match(run_id):
         build_parser_local().error(

@@ -14,7 +14,7 @@ from infra.config.errors import problem
 from infra.config.image import image_problems
 from infra.config.kinds import SYSTEM_NAMESPACE_RULE, SYSTEM_NAMESPACES
 from infra.config.model import ImageConfig
-from trainer.contract import RUN_ID, RUN_ID_RULE
+from trainer.contract import RUN_ID, RUN_ID_RULE, storage_problem
 
 IMAGE_KEYS = {
     "reference": "imageReference",
@@ -109,11 +109,15 @@ def cross_field_problems(
             )
 
     # Training.
+    for key in ("checkpointUri", "dataset"):
+        why = storage_problem(v[key]) if v[key] else None
+        if why is not None:
+            fail(key, why, v[key])
     if known("egressHttpsCidrs"):
         remote = [
             text
             for text in (v["dataset"] or "", v["checkpointUri"] or "")
-            if text == "mnist" or text.startswith(("gs:", "s3:"))
+            if text == "mnist" or text.startswith("gs:")
         ]
         if remote and not v["egressHttpsCidrs"]:
             fail(

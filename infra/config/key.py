@@ -35,8 +35,9 @@ FLAGS = TrainerFlags()
 
 RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 TOKEN = re.compile(r"^[A-Za-z0-9_.:/*?\[\]-]+$")
-CHECKPOINT_URI = re.compile(r"^(gs|s3)://[^ ]+\Z")
-CHECKPOINT_URI_RULE = "must be empty or a gs://bucket/path or s3://bucket/path URI"
+CHECKPOINT_URI = re.compile(r"^[a-z][a-z0-9+.-]*://[^ ]+\Z")
+"""A URI of any scheme: which schemes the trainer has is ``contract.storage_problem``'s rule."""
+CHECKPOINT_URI_RULE = "must be empty or a gs://bucket/path URI"
 CHART_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 CHART_REPOSITORY = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 TOLERATION_RULE = (

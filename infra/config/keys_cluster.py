@@ -114,7 +114,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             cidrs("0.0.0.0/0"),
             [],
             "CIDRs the workers may reach on TCP 443 (dataset downloads such as 'mnist', gs:// "
-            "or s3:// data and checkpoints). Empty = no egress beyond peers, DNS and the API "
+            "data and checkpoints). Empty = no egress beyond peers, DNS and the API "
             "server. Metadata-server credentials (169.254.169.254:80) need an extra policy "
             "(docs/infra.md).",
         ),
@@ -223,9 +223,11 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             "checkpointUri",
             Text(CHECKPOINT_URI, CHECKPOINT_URI_RULE, empty=True),
             "",
-            "gs:// or s3:// checkpoint location instead of the shared claim (no claim is "
+            "gs:// checkpoint location instead of the shared claim (no claim is "
             "created; the pods need credentials for the bucket). Runs go to "
-            "<checkpointUri>/<project>/<stack>/<runId>, so stacks can share a bucket.",
+            "<checkpointUri>/<project>/<stack>/<runId>, so stacks can share a bucket. s3:// is "
+            "refused (TensorFlow 2.21 has no S3 filesystem): on AWS leave it empty and set "
+            "checkpointStorageClass to an EFS class.",
         ),
         Key(
             "checkpointRetention",

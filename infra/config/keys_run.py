@@ -86,7 +86,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             "dataset",
             Text(TOKEN, "must be 'synthetic', 'mnist' or a path/URI"),
             FLAGS.dataset,
-            "--dataset: 'synthetic', 'mnist', or a .npz/TFRecord path or gs:// s3:// URI "
+            "--dataset: 'synthetic', 'mnist', or a .npz/TFRecord path or gs:// URI "
             "reachable from the pods.",
         ),
         Key(

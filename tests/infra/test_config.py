@@ -190,9 +190,13 @@ INVALID = [
         "dev",
         {P + "checkpointUri": "http://bucket/ckpt"},
         "checkpointUri",
-        "gs://bucket/path or s3://",
+        "http:// is not a filesystem the trainer has",
         "'http://bucket/ckpt'",
     ),
+    ("dev", {P + "checkpointUri": "bucket/ckpt"}, "checkpointUri", "gs://bucket/path URI", "buc"),
+    # s3: refused before anything is deployed, with what to use on AWS instead
+    ("prod", {P + "checkpointUri": "s3://b/c"}, "checkpointUri", "EFS", "'s3://b/c'"),
+    ("dev", {P + "dataset": "s3://b/train.npz"}, "dataset", "s3:// is not supported", "'s3://"),
     ("dev", {P + "dataset": "mnist"}, "egressHttpsCidrs", "must allow HTTPS egress", "[]"),
     (
         "dev",

@@ -42,7 +42,7 @@ def _flag(result: Rendered, flag: str) -> str:
         # The app is not part of the path: the stack already names one app.
         ("prod", {P + "appName": "mnist"}, "1", "/checkpoints/tf-distributed/prod/1"),
         ("prod", {P + "checkpointUri": "gs://bk/ckpt/"}, "1", "gs://bk/ckpt/tf-distributed/prod/1"),
-        ("prod", {P + "checkpointUri": "s3://b/c", P + "runId": "b"}, "b", "s3://b/c/tf-distributed/prod/b"),
+        ("prod", {P + "checkpointUri": "gs://b/c", P + "runId": "b"}, "b", "gs://b/c/tf-distributed/prod/b"),
     ],
 )  # fmt: skip
 def test_each_run_has_its_own_checkpoint_directory(stack, overrides, run_id, checkpoint_dir):

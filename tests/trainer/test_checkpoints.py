@@ -266,3 +266,18 @@ def test_a_failed_save_leaves_the_latest_checkpoint_and_no_partial_files(
 )
 def test_first_line_keeps_the_cause(message: str, line: str):
     assert checkpoints.first_line(tf.errors.UnknownError(None, None, message)) == line
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("", "TFD_CHECKPOINT_DIR: required (shared path or gs:// URI); got ''"),
+        ("s3://b/tfd/r1", "TFD_CHECKPOINT_DIR: s3:// is not supported: TensorFlow 2.21 has"),
+    ],
+)
+def test_the_checkpoint_directory_must_be_one_the_trainer_can_write(value: str, message: str):
+    from trainer.errors import ContractError
+
+    with pytest.raises(ContractError) as caught:
+        checkpoints.checkpoint_root({"TFD_CHECKPOINT_DIR": value})
+    assert str(caught.value).startswith(message), caught.value

@@ -31,6 +31,9 @@ SUMMARY_KEYS = {"workers", "final_step", "loss", "accuracy", "examples_per_sec",
         (["--run-id", "a", "--checkpoint-dir", "/tmp/x"], "--run-id: give --run-id or"),
         (["--run-id=a_"], "--run-id: must be 1-63 letters"),
         (["--checkpoint-dir", "/tmp/a b"], "got 'a b'"),
+        (["--checkpoint-root", "s3://b/runs"], "--checkpoint-root: s3:// is not supported"),
+        (["--checkpoint-dir", "s3://b/runs/r1"], "--checkpoint-dir: s3:// is not supported"),
+        (["--dataset", "s3://b/d.npz"], "--dataset: s3:// is not supported"),
     ],
 )
 def test_bad_flags_start_nothing(argv: list[str], match: str, capsys: pytest.CaptureFixture[str]):

@@ -28,6 +28,7 @@ from trainer.contract.rules import (
     PRECISIONS,
     STRATEGIES,
     Interval,
+    storage_problem,
 )
 from trainer.errors import UsageError
 
@@ -125,7 +126,7 @@ class TrainerFlags:
         "synthetic",
         "'synthetic' (default, learnable, deterministic by --seed), 'mnist' (downloaded once, "
         "cached under the checkpoint dir), or a .npz file / TFRecord file, glob or directory; "
-        "local path or gs:// s3:// URI",
+        "local path or gs:// URI",
     )
     epochs: int = _flag(3, "epochs (default %(default)s)", rule=EPOCHS)
     batch_size: int = _flag(
@@ -239,7 +240,7 @@ class TrainerFlags:
     )
     tensorboard_dir: str = _flag(
         "",
-        "TensorBoard summaries directory (local, gs://, s3://), written by the chief; default none",
+        "TensorBoard summaries directory (local or gs://), written by the chief; default none",
     )
     on_done: str = _flag(
         ON_DONE_IDLE,
@@ -316,6 +317,11 @@ class TrainerFlags:
                 rule = {bool: "true or false", str: "a string"}[kind]
             if not ok:
                 problems.append(f"{name}: must be {rule}; got {value!r}")
+        for name in ("dataset", "eval_dataset", "tensorboard_dir"):
+            where = getattr(self, name)
+            why = storage_problem(where) if isinstance(where, str) else None
+            if why is not None:
+                problems.append(f"{flag_name(name)}: {why}; got {where!r}")
         # One place holds the evaluation data: a held-out split of --dataset or --eval-dataset.
         if self.eval_dataset and self.eval_split:
             problems.append(

@@ -151,3 +151,25 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 """RFC 1123 label: names of StatefulSets, Services and namespaces."""
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 """RFC 1123 subdomain: cluster domains, StorageClass names."""
+
+
+STORAGE_SCHEMES = ("gs",)
+"""The URI schemes the trainer reads and writes, besides local paths: TensorFlow 2.21's own
+filesystems are ``file``, ``gs`` and ``ram`` (docs/trainer.md#storage says why s3 is not one)."""
+S3_INSTEAD = (
+    "s3:// is not supported: TensorFlow 2.21 has no S3 filesystem (tensorflow-io's, the last, "
+    "does not load on it); on AWS keep checkpoints on a ReadWriteMany claim on EFS "
+    "(checkpointStorageClass, checkpointUri empty) and data on it or in the image"
+)
+
+
+def storage_problem(location: str) -> str | None:
+    """Why the trainer cannot read or write ``location`` (``None``: a local path or a URI of
+    :data:`STORAGE_SCHEMES`): the one rule of the stack config, the trainer's flags and
+    environment, and ``trainer.local``."""
+    scheme, sep, _ = location.partition("://")
+    if not sep or scheme in STORAGE_SCHEMES:
+        return None
+    if scheme.lower() == "s3":
+        return S3_INSTEAD
+    return f"{scheme}:// is not a filesystem the trainer has (local paths and gs:// URIs)"

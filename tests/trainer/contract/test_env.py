@@ -69,7 +69,7 @@ def test_api_configured(env: dict[str, str], expected: bool):
         ("/ckpt/run-7/", None, "run-7"),
         ("gs://bucket/runs/2026-12-01.a_b", None, "2026-12-01.a_b"),
         ("/ckpt/run-7", "run-7", "run-7"),
-        ("s3://b/r/20261201-143000", "20261201-143000", "20261201-143000"),
+        ("gs://b/r/20261201-143000", "20261201-143000", "20261201-143000"),
         ("/ckpt/my dir", None, "my dir"),  # not validated when derived: only a label
     ],
 )

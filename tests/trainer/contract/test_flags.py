@@ -8,6 +8,7 @@ import re
 import pytest
 
 from trainer.contract.flags import FlagError, TrainerFlags, build_parser, flag_name
+from trainer.contract.rules import S3_INSTEAD
 from trainer.errors import EXIT_USAGE
 
 ROUND_TRIP = {
@@ -46,7 +47,7 @@ ROUND_TRIP = {
         model="pkg.mod:build",
         loss="pkg.loss:fn",
         eval_dataset="e.npz",
-        tensorboard_dir="s3://b/tb",
+        tensorboard_dir="gs://b/tb",
         on_done="exit",
         strategy="multi-worker",
         learning_rate_scaling="none",
@@ -154,6 +155,9 @@ INVALID = [
         "--learning-rate-scaling: must be one of linear, none; got 'sqrt'",
     ),
     ("dataset", 3, "--dataset: must be a string; got 3"),
+    ("dataset", "s3://b/d.npz", f"--dataset: {S3_INSTEAD}; got 's3://b/d.npz'"),
+    ("eval_dataset", "s3://b/e.npz", f"--eval-dataset: {S3_INSTEAD}; got 's3://b/e.npz'"),
+    ("tensorboard_dir", "s3://b/tb", f"--tensorboard-dir: {S3_INSTEAD}; got 's3://b/tb'"),
     ("jit", 1, "--jit: must be true or false; got 1"),
 ]
 

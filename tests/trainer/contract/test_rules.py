@@ -109,3 +109,24 @@ def test_pods_never_exit_when_done():
     assert contract.ON_DONE_EXIT in contract.ON_DONE_MODES
     assert contract.ON_DONE_EXIT not in contract.ON_DONE_POD_MODES
     assert set(contract.ON_DONE_POD_MODES) < set(contract.ON_DONE_MODES)
+
+
+@pytest.mark.parametrize(
+    ("location", "refused"),
+    [
+        ("/checkpoints/tf-distributed/dev/1", None),
+        ("runs/r1", None),
+        ("gs://bucket/tfd/r1", None),
+        ("synthetic", None),
+        ("s3://bucket/tfd/r1", "s3:// is not supported: TensorFlow 2.21 has no S3 filesystem"),
+        ("S3://bucket/tfd", "s3:// is not supported"),
+        ("hdfs://nn/tfd", "hdfs:// is not a filesystem the trainer has"),
+    ],
+)
+def test_storage_the_trainer_reads_and_writes(location: str, refused: str | None):
+    why = contract.storage_problem(location)
+    if refused is None:
+        assert why is None, f"{location!r} refused: {why}"
+    else:
+        assert why is not None and why.startswith(refused), f"{location!r}: {why}"
+        assert "\n" not in why
