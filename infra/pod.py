@@ -198,6 +198,9 @@ def pod_env(p: PodArgs) -> list[k8s.core.v1.EnvVarArgs]:
     ]
     if p.image is not None:
         env.append(_value(contract.ENV_IMAGE, p.image))
+    if p.workers.gpus > 0:
+        # What the limit gives: the trainer stops when TensorFlow sees fewer (a node's driver).
+        env.append(_value(contract.ENV_GPUS, str(p.workers.gpus)))
     return env
 
 

@@ -71,6 +71,11 @@ class ContractError(TrainerError):
     exit_code = EXIT_CONTRACT
 
 
+class GpuMissingError(ContractError):
+    """The pod was given GPUs (``TFD_GPUS``) that TensorFlow cannot see: a driver, runtime or
+    image problem of the node, never fixed by restarting the trainer."""
+
+
 class ApiUnreachableError(ContractError):
     """The StatefulSet read found no answer (connection, DNS, timeout), an answer cut short or
     garbled on the wire (``http.client.HTTPException``, e.g. ``IncompleteRead``) or a 429/5xx

@@ -24,7 +24,7 @@ from typing import Any
 
 from trainer import contract, runtime
 from trainer.config import Config
-from trainer.errors import NotAdmittedError, PeerLostError, RestartRequested
+from trainer.errors import GpuMissingError, NotAdmittedError, PeerLostError, RestartRequested
 from trainer.logs import Log
 from trainer.signals import StopSignal
 
@@ -42,6 +42,26 @@ REGISTER_TIMEOUT_S = 15.0
 """TensorFlow's own bound (``cluster_register_timeout``) on a worker's registration with the
 chief's coordination service. TensorFlow holds Python's GIL while it waits: no probe is answered
 and no signal handled, so this stays below what the liveness probe tolerates (3 x 10 s)."""
+
+
+def check_gpus(config: Config, given: int, seen: int, log: Log) -> None:
+    """Stop when TensorFlow sees fewer GPUs than the pod was given (``TFD_GPUS``), unless
+    ``--allow-cpu-fallback``; then it trains on what it sees, and says so (``cpu_fallback``).
+
+    Raises:
+        GpuMissingError: exit 3, naming what to check on the node and in the image.
+    """
+    if seen >= given:
+        return
+    if config.allow_cpu_fallback:
+        log.event("cpu_fallback", gpus_given=given, gpus_seen=seen)
+        return
+    raise GpuMissingError(
+        f"{contract.ENV_GPUS}={given}: the pod was given {given} GPU(s) but TensorFlow sees "
+        f"{seen}: check the node's NVIDIA driver, the container runtime (the NVIDIA container "
+        "toolkit, or runtimeClassName nvidia) and that the image is the GPU build "
+        "(docs/image.md#gpu); --allow-cpu-fallback trains on what TensorFlow sees"
+    )
 
 
 def replicas_per_worker(config: Config, num_workers: int, gpus: int) -> int:

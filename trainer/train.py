@@ -6,7 +6,7 @@ flag all workers agree on between ``tf.function`` calls (SIGTERM on one pod, wor
 and global loss/accuracy from the same all-reduce; several steps run per call so the 1-worker
 overhead against plain ``model.fit`` stays small (figures in docs/trainer.md).
 
-Checkpoint directory layout (``TFD_CHECKPOINT_DIR``, local path or gs:// / s3:// URI)::
+Checkpoint directory layout (``TFD_CHECKPOINT_DIR``, local path or gs:// URI)::
 
     manifest.json               the run's settings at its first start, chief only
     chief.lease                 the live chief's lease (trainer.lease), chief only
@@ -82,9 +82,11 @@ class Worker:
         # Before anything that runs a TensorFlow op (data loading, the user's model module).
         runtime.configure(cfg)
         log.event("forming", workers=n, task_index=ctx.spec.task_index)
+        hardware = precision.detect()
+        placement.check_gpus(cfg, contract.gpus_given(ctx.env), len(hardware.gpu_capabilities), log)
         # The Keras policy must be set before the model (and a --model module's layers) exist.
         prec = precision.apply_policy(
-            precision.resolve(cfg.precision, precision.detect(), cfg.allow_emulated_precision)
+            precision.resolve(cfg.precision, hardware, cfg.allow_emulated_precision)
         )
         log.event("precision", precision=prec.name, jit=cfg.jit, reason=prec.resolved.reason)
         strategy = self._strategy()

@@ -32,6 +32,7 @@ from trainer.contract import (
     DEFAULT_GRPC_PORT,
     DEFAULT_METRICS_PORT,
     DNS_SUBDOMAIN,
+    GPUS_PER_WORKER,
     REPLICAS,
     Interval,
 )
@@ -139,7 +140,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
         ),
         Key(
             "gpusPerWorker",
-            Whole(Interval(0, 16)),
+            Whole(GPUS_PER_WORKER),
             0,
             "GPUs per worker ({range}). 0 = CPU only (no GPU limit, node selector or tolerations).",
         ),

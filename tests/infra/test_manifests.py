@@ -268,6 +268,9 @@ def test_pod_environment_contract(rendered, stack):
     assert env[contract.ENV_CHECKPOINT_DIR].startswith("/checkpoints/")
     assert env["HOME"] == "/tmp"
     assert contract.ENV_WORKER_HOSTS not in env and contract.ENV_TF_CONFIG not in env
+    gpus = parse_config(*stack_config(stack), {}).workers.gpus
+    # What the GPU limit gives, for the trainer to check against what TensorFlow sees.
+    assert env.get(contract.ENV_GPUS) == (str(gpus) if gpus else None), f"stack {stack}"
     # The same environment, with a pod name filled in, yields a valid TF_CONFIG.
     pod_env = {k: v for k, v in env.items() if isinstance(v, str)}
     pod_env[contract.ENV_POD_NAME] = f"{sts['metadata']['name']}-1"

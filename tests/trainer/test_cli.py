@@ -42,6 +42,8 @@ BAD_RECORD = "bad-record"
 ALL_NAN = "all-nan"
 """An .npz of NaN features: the first training call's loss is NaN."""
 NO_PORT = "tf-config-no-port"
+GPUS_GIVEN = "gpus-given"
+"""A pod given a GPU (``TFD_GPUS=1``) on these GPU-less machines: TensorFlow sees none."""
 CASES = {
     "bad-data-path": (["--dataset", "/nonexistent/train.npz"], None, EXIT_DATA, "no such file"),
     "bad-model": (["--model", "no_such_pkg_q:build"], None, EXIT_MODEL, "cannot import"),
@@ -61,6 +63,7 @@ CASES = {
         "training diverged in steps 1-2: loss ",
     ),
     NO_PORT: ([], NO_PORT, EXIT_CONTRACT, "TF_CONFIG: cluster.worker: entry must be 'host:port'"),
+    GPUS_GIVEN: ([], GPUS_GIVEN, EXIT_CONTRACT, "TFD_GPUS=1: the pod was given 1 GPU(s) but"),
     # The test machines have no GPU: fp16 is only emulated there (bf16 depends on the CPU).
     "fp16-on-cpu": (
         ["--precision", "fp16"],
@@ -152,6 +155,8 @@ def runs(roots: dict[str, Path]) -> Iterator[dict[str, tuple[int, str]]]:
             env[contract.ENV_TF_CONFIG] = json.dumps(
                 {"cluster": {"worker": ["localhost:2222", "tfd-worker-1"]}, "task": {"index": 0}}
             )
+        elif setup == GPUS_GIVEN:
+            env[contract.ENV_GPUS] = "1"
         elif setup == UNEXPECTED:
             (root / "tfd_boom_model.py").write_text(BOOM_MODULE)
             env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
@@ -200,6 +205,22 @@ def test_unexpected_error_prints_traceback_and_exits_1(runs: dict[str, tuple[int
     assert "Traceback (most recent call last)" in stderr, stderr[-800:]
     assert "RuntimeError: boom in the training call" in stderr, stderr[-800:]
     assert stderr.strip().splitlines()[-1] == "trainer: unexpected error (traceback above)"
+
+
+@pytest.mark.slow  # one trainer process
+def test_cpu_fallback_trains_without_the_given_gpus(tmp_path: Path):
+    env = worker_envs(1, str(tmp_path))[0]
+    env[contract.ENV_GPUS] = "1"
+    argv = ["--on-done", "exit", "--allow-cpu-fallback", "--epochs", "1", "--steps-per-epoch", "2"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", *argv], env=env, capture_output=True, text=True,
+        timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-800:]
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    fallback = [e for e in events if e["event"] == "cpu_fallback"]
+    assert fallback and fallback[0]["gpus_given"] == 1 and fallback[0]["gpus_seen"] == 0, events
+    assert (tmp_path / contract.DONE_MARKER).exists(), "the fallback run did not finish"
 
 
 def test_checkpoint_dir_required(tmp_path: Path):

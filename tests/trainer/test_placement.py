@@ -13,7 +13,15 @@ import time
 import pytest
 
 from trainer import contract, placement
-from trainer.errors import EXIT_PEER_LOST, EXIT_RESTART, PeerLostError, RestartRequested
+from trainer.config import Config
+from trainer.errors import (
+    EXIT_CONTRACT,
+    EXIT_PEER_LOST,
+    EXIT_RESTART,
+    GpuMissingError,
+    PeerLostError,
+    RestartRequested,
+)
 from trainer.logs import Log
 from trainer.signals import StopSignal
 
@@ -109,3 +117,34 @@ def test_the_looks_for_missing_peers_back_off_from_50_ms_to_a_second():
     first, longest = placement.FORM_POLL_S
     assert pauses[:5] == [first * 2**i for i in range(5)], pauses
     assert max(pauses) == longest and pauses[-1] == longest, pauses
+
+
+@pytest.mark.parametrize(
+    ("given", "seen", "fallback", "outcome"),
+    [
+        (0, 0, False, None),  # a CPU pod
+        (1, 1, False, None),
+        (2, 4, False, None),  # more visible than given (a node without device isolation)
+        (1, 0, False, "TFD_GPUS=1: the pod was given 1 GPU(s) but TensorFlow sees 0"),
+        (2, 1, False, "TFD_GPUS=2: the pod was given 2 GPU(s) but TensorFlow sees 1"),
+        (1, 0, True, "cpu_fallback"),
+    ],
+)
+def test_a_pod_given_gpus_that_tensorflow_cannot_see_stops_unless_told(
+    given: int, seen: int, fallback: bool, outcome: str | None
+):
+    stream = io.StringIO()
+    check = lambda: placement.check_gpus(  # noqa: E731
+        Config(allow_cpu_fallback=fallback), given, seen, Log(0, stream)
+    )
+    if outcome is None or outcome == "cpu_fallback":
+        check()
+        events = [json.loads(line)["event"] for line in stream.getvalue().splitlines()]
+        assert events == ([outcome] if outcome else []), (given, seen, fallback, events)
+        return
+    with pytest.raises(GpuMissingError) as caught:
+        check()
+    message = str(caught.value)
+    assert message.startswith(outcome) and "\n" not in message, message
+    assert "driver" in message and "--allow-cpu-fallback" in message, message
+    assert caught.value.exit_code == EXIT_CONTRACT == 3

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from trainer.contract.rules import RUN_ID, RUN_ID_RULE
+from trainer.contract.rules import GPUS_PER_WORKER, RUN_ID, RUN_ID_RULE
 from trainer.errors import EXIT_NOT_ADMITTED, EXIT_PEER_LOST, EXIT_RESTART, ContractError
 
 # --- Environment variable names (set by the StatefulSet; the local launcher sets the same). ---
@@ -95,6 +95,10 @@ gives every worker of it (the same across its restarts). The chief adds it to it
 (``trainer.lease.holder_identity``), so two launches of one run id on one host, which have the
 same pod names, are two holders; in a cluster the StatefulSet's ``metadata.uid`` plays this
 part. Unset: the holder is the pod name and host alone."""
+ENV_GPUS = "TFD_GPUS"
+"""The GPUs Kubernetes gave the pod (its ``nvidia.com/gpu`` limit); unset on CPU pods and in
+local runs. A worker that sees fewer in TensorFlow stops (``GpuMissingError``) unless
+``--allow-cpu-fallback``: a GPU pod that trains on its CPU is a silent 10-100x slowdown."""
 ENV_TF_CONFIG = "TF_CONFIG"
 """An explicit ``TF_CONFIG`` always wins over the derived one."""
 
@@ -171,6 +175,12 @@ def _dns_name(env: Mapping[str, str], key: str, pattern: re.Pattern[str], defaul
     if not value or not pattern.match(value) or len(value) > 253:
         raise ContractError(f"{key}: must be a lowercase RFC 1123 DNS name; got {value!r}")
     return value
+
+
+def gpus_given(env: Mapping[str, str]) -> int:
+    """The GPUs the pod was given (``TFD_GPUS``; 0 when unset)."""
+    lo, hi = int(GPUS_PER_WORKER.lo), int(GPUS_PER_WORKER.hi)
+    return _int_in_range(env, ENV_GPUS, 0, lo, hi)
 
 
 def grpc_port(env: Mapping[str, str]) -> int:

@@ -279,6 +279,11 @@ class TrainerFlags:
         "run --precision bf16/fp16 even where the hardware only emulates it (slower than fp32; "
         "for tests and comparisons)",
     )
+    allow_cpu_fallback: bool = _flag(
+        False,
+        "train on the CPU when the pod was given GPUs (TFD_GPUS) that TensorFlow cannot see, "
+        "instead of stopping with exit 3 (for nodes without a working driver, and tests)",
+    )
     jit: bool = _flag(
         False,
         "compile each step's forward and backward pass with XLA (off by default: slower than "

@@ -101,6 +101,8 @@ the cluster needs the DNS-label form."""
 RUN_ID_RULE = "1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
 
 # --- Worker counts. ---
+GPUS_PER_WORKER = Interval(0, 16)
+"""GPUs per worker pod (the stack's ``gpusPerWorker``, the pod's ``TFD_GPUS``)."""
 REPLICAS = Interval(1, 1000)
 """Workers of one job (``replicas``, the autoscaler's bounds, ``TFD_REPLICAS``). The stack's
 1000 over the trainer's old 10,000: the Role names every worker pod the trainer may delete
