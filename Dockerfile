@@ -3,12 +3,13 @@
 # docs/image.md shows how to build and run it by hand.
 #
 #   CPU: docker build -t tf-distributed-trainer:0.1.0 .
-#   GPU: docker build --build-arg TF_VARIANT=-gpu -t tf-distributed-trainer:0.1.0 .
+#   GPU: docker build --build-arg TF_EXTRA=and-cuda -t tf-distributed-trainer:0.1.0-gpu .
 
-# "" selects the CPU base, "-gpu" the CUDA base. Only the suffix is a build argument so that the
-# TensorFlow version stays pinned in this file, where review and checkov see it.
-ARG TF_VARIANT=""
-FROM tensorflow/tensorflow:2.21.0${TF_VARIANT}
+# One base for both: TensorFlow's CPU image. The GPU build adds TensorFlow's own CUDA extra
+# (`tensorflow[and-cuda]` at the base's exact version), which pins CUDA, cuDNN and NCCL as
+# wheels from PyPI: no second base tag to trust (TensorFlow has skipped -gpu images before).
+FROM tensorflow/tensorflow:2.21.0
+ARG TF_EXTRA=""
 
 LABEL org.opencontainers.image.title="tf-distributed-trainer" \
       org.opencontainers.image.description="Multi-worker TensorFlow trainer for a Kubernetes StatefulSet"
@@ -24,7 +25,8 @@ ENV TF_USE_LEGACY_KERAS=1 \
 
 COPY requirements/trainer.txt /opt/tfd/requirements.txt
 
-# One layer: dependencies, an import smoke test, and the runtime user.
+# One layer: dependencies (and, for the GPU build, the CUDA wheels), an import smoke test, and
+# the runtime user.
 # - The entrypoint calls `python`; link it to python3 only where the base image lacks it.
 # - PIP_BREAK_SYSTEM_PACKAGES: this image's interpreter serves the trainer alone, so installing
 #   next to the base image's TensorFlow is intended (newer distributions refuse it otherwise).
@@ -33,6 +35,11 @@ COPY requirements/trainer.txt /opt/tfd/requirements.txt
 RUN set -eux; \
     command -v python >/dev/null || ln -s "$(command -v python3)" /usr/local/bin/python; \
     PIP_BREAK_SYSTEM_PACKAGES=1 python -m pip install --no-cache-dir -r /opt/tfd/requirements.txt; \
+    if [ -n "${TF_EXTRA}" ]; then \
+        tf_version="$(python -c 'import importlib.metadata as m; print(m.version("tensorflow"))')"; \
+        PIP_BREAK_SYSTEM_PACKAGES=1 python -m pip install --no-cache-dir \
+            "tensorflow[${TF_EXTRA}]==${tf_version}"; \
+    fi; \
     python -c "import prometheus_client, tf_keras"; \
     groupadd --gid 10001 tfd; \
     useradd --uid 10001 --gid 10001 --no-log-init --create-home --home-dir /home/tfd \

@@ -57,12 +57,14 @@ BUILD_ARG_TRAINER_IMAGE_ID = "TRAINER_IMAGE_ID"
 it changes with every trainer build, so the code image is rebuilt on a reused tag too."""
 
 TF_VERSION = "2.21.0"
-"""TensorFlow version of both base images; the Dockerfile pins the same (a test compares)."""
-BUILD_ARG_VARIANT = "TF_VARIANT"
-"""Build argument that picks the base image: ``""`` for CPU, ``"-gpu"`` for CUDA."""
-VARIANT_CPU = ""
-VARIANT_GPU = "-gpu"
-BASE_IMAGE_REPOSITORY = "tensorflow/tensorflow"
+"""TensorFlow version of the base image; the Dockerfile pins the same (a test compares)."""
+BASE_IMAGE = f"tensorflow/tensorflow:{TF_VERSION}"
+"""The one base image, CPU and GPU builds alike."""
+BUILD_ARG_TF_EXTRA = "TF_EXTRA"
+"""Build argument naming TensorFlow's pip extra to install at the base's version: ``""`` for
+CPU, :data:`TF_EXTRA_GPU` for GPU stacks."""
+TF_EXTRA_GPU = "and-cuda"
+"""``tensorflow[and-cuda]``: CUDA, cuDNN and NCCL as wheels, at the versions TensorFlow pins."""
 
 IMAGE_UID = 10001
 """Numeric user the image runs as (Dockerfile ``USER``); pods may set the same ``runAsUser``."""
@@ -79,14 +81,9 @@ class ImageError(RuntimeError):
     """A build or push returned something the workers cannot be pinned to (no digest)."""
 
 
-def base_image(gpu: bool) -> str:
-    """The pinned TensorFlow base image the Dockerfile builds ``FROM`` for this variant."""
-    return f"{BASE_IMAGE_REPOSITORY}:{TF_VERSION}{VARIANT_GPU if gpu else VARIANT_CPU}"
-
-
-def variant_build_args(gpu: bool) -> tuple[tuple[str, str], ...]:
-    """The ``--build-arg`` pairs that select the CPU or GPU base image."""
-    return ((BUILD_ARG_VARIANT, VARIANT_GPU if gpu else VARIANT_CPU),)
+def extra_build_args(gpu: bool) -> tuple[tuple[str, str], ...]:
+    """The ``--build-arg`` pairs of a CPU or a GPU build."""
+    return ((BUILD_ARG_TF_EXTRA, TF_EXTRA_GPU if gpu else ""),)
 
 
 @dataclass(frozen=True)
@@ -154,8 +151,7 @@ def image_args(cfg: ImageConfig, *, gpu: bool, cluster_kind: str) -> TrainerImag
 
     Args:
         cfg: the stack's image configuration (:class:`infra.config.ImageConfig`).
-        gpu: build on the CUDA base image (``tensorflow/tensorflow:2.21.0-gpu``) instead of the
-            CPU one (``tensorflow/tensorflow:2.21.0``).
+        gpu: add TensorFlow's CUDA wheels (``tensorflow[and-cuda]``) to the base image.
         cluster_kind: ``minikube`` (build into the cluster's Docker daemon, no push, pull policy
             ``Never``) or ``cloud`` (push to ``cfg.registry``, pull by digest).
 
@@ -189,7 +185,7 @@ def image_args(cfg: ImageConfig, *, gpu: bool, cluster_kind: str) -> TrainerImag
         image_name=image_name,
         context=_relative(REPO_ROOT),
         dockerfile=_relative(DOCKERFILE),
-        build_args=variant_build_args(gpu),
+        build_args=extra_build_args(gpu),
         platform=cfg.platform,
         push=push,
         pull_policy=PULL_ALWAYS if push else PULL_NEVER,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from infra import image
 from tests.e2e.harness import KUBECONFIG, ROOT, Kube, Project
 from tests.e2e.user_image import USER_CLASSES, USER_DATASET, USER_MODEL, build_user_image
 from trainer import contract
@@ -44,6 +45,85 @@ def built() -> str:
     return docker("image", "inspect", "-f", "{{.Id}}", f"{REPOSITORY}:e2e").stdout.strip()
 
 
+@pytest.fixture(scope="module")
+def built_gpu(built: str) -> str:
+    """``docker build`` of the GPU image (``TF_EXTRA=and-cuda``, as GPU stacks build it), after
+    the CPU one so that its layers are shared; the image ID."""
+    extra = f"{image.BUILD_ARG_TF_EXTRA}={image.TF_EXTRA_GPU}"
+    result = docker(
+        "build", "--network", "host", "--build-arg", extra, "-t", f"{REPOSITORY}:e2e-gpu",
+        str(ROOT), timeout=1800,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    return docker("image", "inspect", "-f", "{{.Id}}", f"{REPOSITORY}:e2e-gpu").stdout.strip()
+
+
+CUDA_PROBE = """
+import importlib.metadata as m, json
+from packaging.requirements import Requirement
+import tensorflow as tf
+info = tf.sysconfig.get_build_info()
+wheels = {}
+for text in m.requires("tensorflow") or []:
+    req = Requirement(text)
+    if req.marker is None or not req.marker.evaluate({"extra": "and-cuda"}):
+        continue
+    if req.marker.evaluate({"extra": ""}):
+        continue  # a requirement of every install, not of the extra
+    try:
+        version = m.version(req.name)
+    except m.PackageNotFoundError:
+        version = None
+    wheels[req.name] = [version, str(req.specifier),
+                        version is not None and req.specifier.contains(version)]
+print(json.dumps({"cuda_build": bool(info.get("is_cuda_build")),
+                  "cuda": info.get("cuda_version"), "cudnn": info.get("cudnn_version"),
+                  "tensorflow": tf.__version__, "wheels": wheels}))
+"""
+
+
+def _size_gb(image_id: str) -> float:
+    return int(docker("image", "inspect", "-f", "{{.Size}}", image_id).stdout.strip()) / 1e9
+
+
+def test_the_gpu_image_holds_tensorflows_cuda_libraries(built: str, built_gpu: str) -> None:
+    run = docker("run", "--rm", "--network", "none", "--entrypoint", "python", built_gpu,
+                 "-c", CUDA_PROBE, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["tensorflow"] == image.TF_VERSION and seen["cuda_build"], seen
+    names = set(seen["wheels"])
+    assert {"nvidia-cudnn-cu12", "nvidia-nccl-cu12", "nvidia-cublas-cu12"} <= names, names
+    broken = {n: w for n, w in seen["wheels"].items() if not w[2]}
+    assert broken == {}, f"NVIDIA wheels missing or outside TensorFlow's pins: {broken}"
+    print(
+        f"CPU image {_size_gb(built):.2f} GB, GPU image {_size_gb(built_gpu):.2f} GB; "
+        f"TensorFlow built for CUDA {seen['cuda']}, cuDNN {seen['cudnn']}; wheels: "
+        + ", ".join(f"{n} {w[0]} ({w[1]})" for n, w in sorted(seen["wheels"].items()))
+    )
+
+
+def test_the_gpu_image_on_a_node_without_gpus_stops_or_falls_back(
+    built_gpu: str, tmp_path: Path
+) -> None:
+    given = f"--env={contract.ENV_GPUS}=1"
+    run = docker("run", "--rm", "--network", "none", given,
+                 *[f"--env={k}={v}" for k, v in ONE_WORKER.items()],
+                 "--tmpfs", "/ckpt:uid=10001", built_gpu, "--on-done", "exit",
+                 timeout=300)  # fmt: skip
+    last = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else ""
+    assert run.returncode == contract.EXIT_CONTRACT, (run.stdout + run.stderr)[-4000:]
+    assert last.startswith("trainer: error: TFD_GPUS=1: the pod was given 1 GPU(s) but"), last
+    print(f"exit {run.returncode}: {last}")
+    checkpoints = run_one_worker(
+        built_gpu, tmp_path, "--allow-cpu-fallback", "--epochs", "1", "--synthetic-examples",
+        "512", "--on-done", "exit", env={contract.ENV_GPUS: "1"},
+    )  # fmt: skip
+    assert (checkpoints / contract.DONE_MARKER).exists() or list(
+        checkpoints.rglob(contract.DONE_MARKER)
+    ), "the CPU fallback run did not finish"
+
+
 def test_image_runs_the_contract_entrypoint_as_the_unprivileged_user(built: str) -> None:
     config = json.loads(docker("image", "inspect", "-f", "{{json .Config}}", built).stdout)
     assert config["User"] == "10001:10001", config["User"]
@@ -54,22 +134,28 @@ def test_image_runs_the_contract_entrypoint_as_the_unprivileged_user(built: str)
     }
 
 
-def run_one_worker(image: str, tmp_path: Path, *flags: str) -> Path:
+ONE_WORKER = {
+    contract.ENV_STATEFULSET: "tfd-worker",
+    contract.ENV_POD_NAME: "tfd-worker-0",
+    contract.ENV_REPLICAS: "1",
+    contract.ENV_SERVICE: "tfd-workers",
+    contract.ENV_NAMESPACE: "default",
+    contract.ENV_WORKER_HOSTS: f"127.0.0.1:{contract.DEFAULT_GRPC_PORT}",
+    contract.ENV_CHECKPOINT_DIR: "/ckpt",
+}
+"""The environment the StatefulSet gives a pod, for one worker in a container."""
+
+
+def run_one_worker(
+    image: str, tmp_path: Path, *flags: str, env: dict[str, str] | None = None
+) -> Path:
     """``python -m trainer <flags>`` as one worker in ``image``, read-only, unprivileged and
     without a network, its checkpoints in a directory of ``tmp_path``: that directory (the
-    run must succeed)."""
+    run must succeed). ``env``: added to the pod's environment."""
     checkpoints = tmp_path / "ckpt"
     checkpoints.mkdir()
     checkpoints.chmod(0o777)  # the image's user (10001) writes here
-    env = {
-        contract.ENV_STATEFULSET: "tfd-worker",
-        contract.ENV_POD_NAME: "tfd-worker-0",
-        contract.ENV_REPLICAS: "1",
-        contract.ENV_SERVICE: "tfd-workers",
-        contract.ENV_NAMESPACE: "default",
-        contract.ENV_WORKER_HOSTS: f"127.0.0.1:{contract.DEFAULT_GRPC_PORT}",
-        contract.ENV_CHECKPOINT_DIR: "/ckpt",
-    }
+    env = {**ONE_WORKER, **(env or {})}
     run = docker(
         "run", "--rm", "--network", "none", "--read-only", "--tmpfs", "/tmp",
         "--cap-drop", "ALL", "--security-opt", "no-new-privileges",

@@ -60,7 +60,7 @@ def arg_defaults(instructions: list[Instruction]) -> dict[str, str]:
 
 
 def pinned_base_problems(instructions: list[Instruction]) -> list[str]:
-    """Every FROM is ``tensorflow/tensorflow:<x.y.z>${TF_VARIANT}`` with the pinned version."""
+    """Every FROM is ``tensorflow/tensorflow:<x.y.z>`` with the pinned version."""
     froms = args_of(instructions, "FROM")
     if not froms:
         return ["no FROM"]
@@ -72,10 +72,8 @@ def pinned_base_problems(instructions: list[Instruction]) -> list[str]:
             problems.append(f"FROM {ref}: no tag")
         elif "latest" in tag:
             problems.append(f"FROM {ref}: 'latest' tag")
-        elif not re.fullmatch(
-            rf"{re.escape(image.TF_VERSION)}(\$\{{{image.BUILD_ARG_VARIANT}\}})?", tag
-        ):
-            problems.append(f"FROM {ref}: tag must be {image.TF_VERSION}[${{TF_VARIANT}}]")
+        elif tag != image.TF_VERSION:
+            problems.append(f"FROM {ref}: tag must be {image.TF_VERSION}")
     return problems
 
 
@@ -181,24 +179,24 @@ def test_rule_catches_broken_dockerfile(rule: str, dockerfile: str, problem: str
 
 
 def test_rules_accept_minimal_good_dockerfile() -> None:
-    text = "ARG TF_VARIANT=\nFROM tensorflow/tensorflow:2.21.0${TF_VARIANT}\n" + GOOD_TAIL
+    text = "FROM tensorflow/tensorflow:2.21.0\nARG TF_EXTRA=\n" + GOOD_TAIL
     assert {rule: fn(parse(text)) for rule, fn in RULES.items()} == dict.fromkeys(RULES, [])
 
 
-@pytest.mark.parametrize(
-    ("gpu", "expected"),
-    [(False, "tensorflow/tensorflow:2.21.0"), (True, "tensorflow/tensorflow:2.21.0-gpu")],
-)
-def test_variant_build_arg_selects_pinned_base(
-    gpu: bool, expected: str, instructions: list[Instruction]
+def test_one_pinned_base_and_the_gpu_build_adds_tensorflows_cuda_extra(
+    instructions: list[Instruction],
 ) -> None:
-    """The FROM line with the build argument image_args passes resolves to the pinned base."""
-    (ref,) = args_of(instructions, "FROM")
-    value = dict(image.variant_build_args(gpu))[image.BUILD_ARG_VARIANT]
-    resolved = ref.replace(f"${{{image.BUILD_ARG_VARIANT}}}", value)
-    assert resolved == expected == image.base_image(gpu), f"{DOCKERFILE}: FROM {ref}"
-    # The default (no --build-arg) is the CPU image.
-    assert arg_defaults(instructions)[image.BUILD_ARG_VARIANT] == image.VARIANT_CPU
+    """CPU and GPU builds share the base; the GPU build's argument installs
+    ``tensorflow[and-cuda]`` at the base's own TensorFlow version, so the pins cannot drift."""
+    assert args_of(instructions, "FROM") == [image.BASE_IMAGE], f"{DOCKERFILE}: FROM"
+    assert arg_defaults(instructions)[image.BUILD_ARG_TF_EXTRA] == "", (
+        "the default is the CPU build"
+    )
+    assert dict(image.extra_build_args(True)) == {image.BUILD_ARG_TF_EXTRA: image.TF_EXTRA_GPU}
+    assert dict(image.extra_build_args(False)) == {image.BUILD_ARG_TF_EXTRA: ""}
+    (run,) = [a for a in args_of(instructions, "RUN") if "pip install" in a]
+    assert '"tensorflow[${TF_EXTRA}]==${tf_version}"' in run, f"{DOCKERFILE}: the GPU install"
+    assert 'm.version("tensorflow")' in run, f"{DOCKERFILE}: the version comes from the base"
 
 
 def test_user_matches_image_constants(instructions: list[Instruction]) -> None:

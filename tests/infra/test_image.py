@@ -92,21 +92,21 @@ def build_component(
 
 
 @pytest.mark.parametrize(
-    ("cluster_kind", "gpu", "name", "push", "pull", "variant"),
+    ("cluster_kind", "gpu", "name", "push", "pull", "extra"),
     [
         ("minikube", False, "tf-distributed-trainer:0.1.0", False, "Never", ""),
-        ("minikube", True, "tf-distributed-trainer:0.1.0", False, "Never", "-gpu"),
+        ("minikube", True, "tf-distributed-trainer:0.1.0", False, "Never", "and-cuda"),
         ("cloud", False, f"{REGISTRY}/tf-distributed-trainer:0.1.0", True, "Always", ""),
-        ("cloud", True, f"{REGISTRY}/tf-distributed-trainer:0.1.0", True, "Always", "-gpu"),
+        ("cloud", True, f"{REGISTRY}/tf-distributed-trainer:0.1.0", True, "Always", "and-cuda"),
     ],
 )
 def test_image_args_per_cluster_kind(
-    cluster_kind: str, gpu: bool, name: str, push: bool, pull: str, variant: str
+    cluster_kind: str, gpu: bool, name: str, push: bool, pull: str, extra: str
 ) -> None:
     cfg = ImageConfig(registry=REGISTRY) if cluster_kind == "cloud" else ImageConfig()
     args = image.image_args(cfg, gpu=gpu, cluster_kind=cluster_kind)
     assert (args.image_name, args.push, args.pull_policy) == (name, push, pull)
-    assert dict(args.build_args) == {image.BUILD_ARG_VARIANT: variant}
+    assert dict(args.build_args) == {image.BUILD_ARG_TF_EXTRA: extra}
     assert args.registry_server == (REGISTRY if push else None)
     # Relative to the working directory (the Pulumi project directory) by construction.
     assert Path(args.dockerfile).resolve() == image.DOCKERFILE, args.dockerfile
@@ -175,7 +175,7 @@ def test_cloud_image_ref_is_the_pushed_digest(mocks: ImageMocks) -> None:
     assert "TrainerImage$docker:index/image:Image" in values["urn"][0], "image not parented"
     (built,) = mocks.of_type(IMAGE_TYPE)
     assert built.inputs["skipPush"] is False
-    assert built.inputs["build"]["args"] == {image.BUILD_ARG_VARIANT: "-gpu"}
+    assert built.inputs["build"]["args"] == {image.BUILD_ARG_TF_EXTRA: image.TF_EXTRA_GPU}
     assert built.inputs["buildOnPreview"] is False
 
 
@@ -255,7 +255,7 @@ def test_registry_password_stays_secret(mocks: ImageMocks) -> None:
 def test_mock_outputs_are_deterministic_placeholders() -> None:
     inputs = {
         "imageName": f"{REGISTRY}/tf-distributed-trainer:0.1.0",
-        "build": {"args": {"TF_VARIANT": ""}, "platform": "linux/amd64"},
+        "build": {"args": {"TF_EXTRA": ""}, "platform": "linux/amd64"},
         "skipPush": False,
     }
     first = image_mock.mock_image_outputs(IMAGE_TYPE, inputs)
