@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trainer import contract
@@ -26,9 +27,6 @@ CHECKPOINT_NAME = "ckpt"
 """Checkpoint prefix in ``checkpoints/``: ``ckpt-<step>.index``, ``ckpt-<step>.data-*``."""
 GLOBAL_BATCH_KEY = "global_batch"
 """Checkpoint attribute holding the global batch its step counts; older checkpoints lack it."""
-RESCUE_PREFIX = "rescue-"
-"""``checkpoints/rescue-<task>/``: the checkpoint a worker wrote as a peer was lost
-(:mod:`trainer.rescue`)."""
 LOSS_SCALE_KEY = "loss_scale"
 """Checkpoint attribute holding fp16's loss-scale state; checkpoints of other precisions lack
 it."""
@@ -98,8 +96,8 @@ def restore(
     A checkpoint that does not restore (its files cut short, missing or garbled, e.g. a save
     that a full volume or a crash interrupted) is skipped with a ``warning`` naming it, and the
     next older one the state file lists is tried; only when none restores is it an error.
-    A rescue checkpoint (:mod:`trainer.rescue`) newer than the newest of the state file is
-    tried first.
+    A rescue checkpoint (:mod:`trainer.rescue`) further on than the newest of the state file
+    (:class:`Progress`: examples seen) is tried first.
 
     ``batch_var`` holds the current global batch on entry and on return. A checkpoint saved
     with another global batch (another world size) has its step converted so that the
@@ -138,12 +136,16 @@ def restore(
             raise corrupt
     elif has_state:  # unparsable: tf.train.get_checkpoint_state logs why and returns None
         raise corrupt
-    # A rescue newer than the chief's newest checkpoint comes first (trainer.rescue).
-    newest = step_of(candidates[0]) if candidates else -1
-    candidates = [p for p in rescues(directory) if step_of(p) > newest] + candidates
+    from trainer.rescue import rescues
+
+    global_batch = int(batch_var.numpy())
+    progress = Progress.of_run(config, global_batch)
+    # A rescue further on than the chief's newest checkpoint comes first (trainer.rescue),
+    # compared by examples seen: steps saved at other global batches do not compare.
+    newest = progress.of(candidates[0]) if candidates else -1
+    candidates = [p for p in rescues(directory, progress) if progress.of(p) > newest] + candidates
     if not candidates:
         return 0, None
-    global_batch = int(batch_var.numpy())
     first_error = ""
     skipped: list[str] = []
     for path in candidates:
@@ -163,7 +165,7 @@ def restore(
     else:
         raise CheckpointError(first_error)
     saved_step, saved_batch = int(step_var.numpy()), int(batch_var.numpy())
-    explicit_epochs = config.steps_per_epoch > 0
+    explicit_epochs = progress.steps_kept
     converted = saved_step if explicit_epochs else saved_step * saved_batch // global_batch
     step = min(converted, total)
     batch_var.assign(global_batch)
@@ -206,38 +208,39 @@ def step_of(path: str) -> int:
     return int(match.group(1)) if match else -1
 
 
-def rescue_directory(root: str, task_index: int) -> str:
-    """Where worker ``task_index`` writes its rescue checkpoint."""
-    return join(join(root, CHECKPOINTS_SUBDIR), f"{RESCUE_PREFIX}{task_index}")
-
-
-def rescues(directory: str) -> list[str]:
-    """The rescue checkpoints under ``directory`` (``checkpoints/``), newest step first, the
-    lowest task first among equal steps (survivors of one loss write the same state)."""
+def saved_batch(path: str, default: int) -> int:
+    """The global batch the step of checkpoint ``path`` counts (``default``: it records none,
+    or cannot be read: its restore will say why)."""
     import tensorflow as tf
 
-    found = []
-    for sub in tf.io.gfile.glob(join(directory, RESCUE_PREFIX + "*")):
-        path = latest_on_disk(sub, None)
-        task = sub.rsplit(RESCUE_PREFIX, 1)[-1]
-        if path:
-            found.append((-step_of(path), int(task) if task.isdigit() else 0, path))
-    return [path for *_, path in sorted(found)]
-
-
-def prune_rescues(directory: str, step: int) -> None:
-    """Delete the rescues a checkpoint of ``step`` has passed (chief, once it is written).
-    A directory without a state file is kept: its worker may be writing it right now (the
-    loss that stops the chief stops it too). Best effort: a rescue left behind is never newer
-    than the chief's checkpoints, so never resumed from."""
-    fs = gfile()
     try:
-        for sub in fs.glob(join(directory, RESCUE_PREFIX + "*")):
-            path = latest_on_disk(sub, None)
-            if path is not None and step_of(path) <= step:
-                fs.rmtree(sub)
-    except Exception:  # noqa: BLE001 - a leftover costs only space
-        pass
+        return int(tf.train.load_variable(path, f"{GLOBAL_BATCH_KEY}/.ATTRIBUTES/VARIABLE_VALUE"))
+    except (tf.errors.OpError, ValueError, KeyError, IndexError):
+        return default
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far into the run a checkpoint is, in one unit whatever global batch its step
+    counts: the examples seen (step x its global batch), or the step itself when
+    ``--steps-per-epoch`` is explicit (epochs are counted in steps then, and a resize keeps the
+    step). Steps saved before and after a resize or a new ``--batch-size`` never compare."""
+
+    global_batch: int
+    """The current one: a checkpoint that records none is taken as saved with it."""
+    steps_kept: bool = False
+
+    @classmethod
+    def of_run(cls, config: Config, global_batch: int) -> Progress:
+        return cls(global_batch, steps_kept=config.steps_per_epoch > 0)
+
+    def at(self, step: int, global_batch: int) -> int:
+        return step if self.steps_kept else step * global_batch
+
+    def of(self, path: str) -> int:
+        """The progress of checkpoint ``path`` (its step from its name, its global batch from
+        the checkpoint)."""
+        return self.at(step_of(path), saved_batch(path, self.global_batch))
 
 
 def manager(ckpt: Any, root: str, is_chief: bool, task_index: int) -> tuple[Any, str]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trainer import contract, runs
+from trainer.checkpoints import Progress
 from trainer.config import Config
 from trainer.context import WorkerContext
 from trainer.errors import (
@@ -155,7 +156,8 @@ class Controller:
         self.step_var = step_var
         self.temp_dir = temp_dir
         self.saver = Saver(manager, step_var, temp_dir, ctx.metrics, ctx.log, ctx.is_chief,
-                           asynchronous=not ctx.config.sync_checkpoints)  # fmt: skip
+                           asynchronous=not ctx.config.sync_checkpoints,
+                           progress=Progress.of_run(ctx.config, schedule.global_batch))  # fmt: skip
         self.summaries = summaries or Summaries("")
         self.rescue = rescue
         """The host copy written when a peer is lost (None: one worker, or turned off)."""
@@ -178,8 +180,6 @@ class Controller:
     def save(self, step: int, wait: bool = False) -> None:
         """Save at ``step``; ``wait``: return once the files are on disk (before an exit)."""
         self.saver.save(step, wait=wait)
-        if self.rescue is not None:
-            self.rescue.saved(step)
 
     def train(self, task: Steps, start: int) -> tuple[int, float]:
         """Train from ``start`` to the last step; returns the final step and the examples/s

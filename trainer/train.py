@@ -112,8 +112,9 @@ class Worker:
         task.start(start)
         rescue = None
         if n > 1 and not cfg.no_rescue_checkpoint:
+            progress = checkpoints.Progress.of_run(cfg, schedule.global_batch)
             rescue = Rescue(task.checkpoint, task.step_var, ctx.root, ctx.spec.task_index, start,
-                            log)  # fmt: skip
+                            log, progress)  # fmt: skip
         controller = Controller(ctx, schedule, manager, task.step_var, temp_dir, summaries,
                                 rescue)  # fmt: skip
         controller.watch_statefulset()
