@@ -243,8 +243,6 @@ class Controller:
                     f"{step - k}; lower --learning-rate (a new run id: the run manifest "
                     "records the rate) or look for NaN/Inf in the data"
                 )
-            if self.rescue is not None:  # the state after this call, for a peer's loss
-                self.rescue.snapshot(step)
             epoch_sums = [a + b for a, b in zip(epoch_sums, (loss_sum, correct, count),
                                                 strict=True)]  # fmt: skip
             metrics.stepped(k, s.global_batch, now - t_call)
@@ -258,6 +256,10 @@ class Controller:
                 epoch_sums = [0.0, 0.0, 0.0]
             if s.epoch_end(step) and task.evaluates:
                 self._evaluate(task, step)
+            if self.rescue is not None:
+                # The state after this call, for a peer's loss: after the epoch's figures and
+                # the evaluation, which a resume from it would otherwise never redo.
+                self.rescue.snapshot(step)
             if now - t_log >= ctx.config.log_every or step == total:
                 rate = steps_since_log * s.global_batch / max(now - t_log, 1e-9)
                 self._progress(step, rate, loss_sum, correct, count)
