@@ -15,7 +15,7 @@ a temporary name (``rescue-<task>.tmp``) and renamed once complete, so the chief
 skips that name, never deletes a rescue being written.
 
 The checkpointed variables are all mirrored (the ``ON_READ`` metric sums are not saved), so the
-write needs no collective and works with the peer gone. :func:`trainer.checkpoints.restore`
+write needs no collective and works with the peer gone. :func:`trainer.restore.restore`
 resumes from the furthest of the chief's checkpoints and the rescues, by examples seen
 (:class:`trainer.checkpoints.Progress`: steps saved at another world size do not compare); every
 survivor of one loss writes the same step or one call apart, and the restore after the restart

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from tests.trainer.messages import PEER_LOST, PEER_LOST_LINE
-from trainer import checkpoints
+from trainer import checkpoints, restore
 from trainer.cli import Config
 from trainer.errors import EXIT_CHECKPOINT, CheckpointError
 from trainer.logs import Log
@@ -63,7 +63,7 @@ def _restore(
     """Restore at ``global_batch``: (step, checkpoint, weights, events)."""
     weights, step = tf.Variable([0.0, 0.0]), tf.Variable(0, dtype=tf.int64)
     stream = io.StringIO()
-    got, path = checkpoints.restore(
+    got, path = restore.restore(
         str(root),
         {"w": weights, "step": step},
         step,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from trainer import checkpoints, contract, signals
+from trainer import checkpoints, contract, restore, signals
 from trainer.checkpoints import Progress
 from trainer.cli import Config
 from trainer.context import WorkerContext
@@ -83,7 +83,7 @@ def _run(
     stream = io.StringIO()
     ctx = WorkerContext(config or Config(), env, contract.cluster_spec_from_env(env), str(root),
                         Log(task_index, stream), Metrics(), signals.StopSignal())  # fmt: skip
-    start, _ = checkpoints.restore(str(root), task.tracked, task.step, task.batch_var,
+    start, _ = restore.restore(str(root), task.tracked, task.step, task.batch_var,
                                    schedule.total_steps, ctx.config, ctx.log,
                                    ctx.metrics)  # fmt: skip
     task.at = start
