@@ -11,7 +11,8 @@ Checkpoint directory layout (``TFD_CHECKPOINT_DIR``, local path or gs:// / s3://
     manifest.json               the run's settings at its first start, chief only
     chief.lease                 the live chief's lease (trainer.lease), chief only
     checkpoints/ckpt-<step>.*   step-level checkpoints, chief only
-    checkpoints/rescue-<task>/  a worker's checkpoint as a peer was lost (trainer.rescue)
+    checkpoints/rescue-<task>/  a worker's checkpoint as a peer was lost (trainer.rescue;
+                                rescue-<task>.tmp/ while it is written)
     model.keras                 final model, chief only
     summary.json                final figures, chief only
     DONE                        written last by the chief (trainer.runs): the run is finished
