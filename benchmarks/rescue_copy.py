@@ -39,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import tf_keras
 
     from trainer import data, model
+    from trainer.checkpoints import Progress
     from trainer.logs import Log
     from trainer.rescue import Rescue
 
@@ -50,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         optimizer.build(net.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint = tf.train.Checkpoint(model=net, optimizer=optimizer, step=step)
-    rescue = Rescue(checkpoint, step, tempfile.mkdtemp(), 0, 0, Log(0, io.StringIO()))
+    rescue = Rescue(checkpoint, step, tempfile.mkdtemp(), 0, 0, Log(0, io.StringIO()),
+                    Progress(args.batch_size))  # fmt: skip
     loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction=tf_keras.losses.Reduction.SUM
     )

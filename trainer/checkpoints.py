@@ -1,5 +1,5 @@
-"""Checkpoints in ``TFD_CHECKPOINT_DIR``: where they live, restoring with the resume rules
-(world-size changes, optimizer step and learning rate), saving, and small file helpers.
+"""Checkpoints in ``TFD_CHECKPOINT_DIR``: where they live, how far into the run each is
+(:class:`Progress`), saving, and small file helpers; restoring is :mod:`trainer.restore`.
 
 Imports no TensorFlow at import time (the DONE check runs before TensorFlow is needed).
 """
@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from trainer import contract
@@ -26,9 +27,6 @@ CHECKPOINT_NAME = "ckpt"
 """Checkpoint prefix in ``checkpoints/``: ``ckpt-<step>.index``, ``ckpt-<step>.data-*``."""
 GLOBAL_BATCH_KEY = "global_batch"
 """Checkpoint attribute holding the global batch its step counts; older checkpoints lack it."""
-RESCUE_PREFIX = "rescue-"
-"""``checkpoints/rescue-<task>/``: the checkpoint a worker wrote as a peer was lost
-(:mod:`trainer.rescue`)."""
 LOSS_SCALE_KEY = "loss_scale"
 """Checkpoint attribute holding fp16's loss-scale state; checkpoints of other precisions lack
 it."""
@@ -65,182 +63,45 @@ def saved_attributes(path: str) -> set[str]:
     return {name.split("/", 1)[0] for name, _ in tf.train.list_variables(path)}
 
 
-def restore_extra(path: str | None, objects: Mapping[str, Any]) -> bool:
-    """Restore ``objects`` (attribute name -> checkpointable) from the checkpoint :func:`restore`
-    resumed from (``path``) when it holds every one of them: state that only some runs save,
-    such as fp16's loss scale. False when there is none or it lacks one of them (nothing is
-    restored then)."""
-    import tensorflow as tf
-
-    if path is None:
-        return False
-    try:
-        if not set(objects) <= saved_attributes(path):
-            return False
-        tf.train.Checkpoint(**objects).restore(path).expect_partial()
-    except (tf.errors.OpError, ValueError, IndexError) as err:
-        raise CheckpointError(
-            f"{path}: cannot restore {sorted(objects)}: {first_line(err)}"
-        ) from None
-    return True
-
-
-def restore(
-    root: str,
-    tracked: Mapping[str, Any],
-    step_var: Any,
-    batch_var: Any,
-    total: int,
-    config: Config,
-    log: Log,
-    metrics: Metrics,
-) -> tuple[int, str | None]:
-    """Restore the newest intact checkpoint; returns the step to start at, in current global
-    batches, and the checkpoint's path (``None``: none, start at 0).
-
-    A checkpoint that does not restore (its files cut short, missing or garbled, e.g. a save
-    that a full volume or a crash interrupted) is skipped with a ``warning`` naming it, and the
-    next older one the state file lists is tried; only when none restores is it an error.
-    A rescue checkpoint (:mod:`trainer.rescue`) newer than the newest of the state file is
-    tried first.
-
-    ``batch_var`` holds the current global batch on entry and on return. A checkpoint saved
-    with another global batch (another world size) has its step converted so that the
-    examples already seen are kept: ``step * saved_global_batch // global_batch``, at most
-    ``total``, unless ``--steps-per-epoch`` is explicit: epochs are then counted in steps and
-    the step is kept. Checkpoints without the global batch are taken as saved with the
-    current one. The optimizer's ``iterations`` is set to the step (step-keyed schedules and
-    Adam's bias correction follow the training progress) and its learning rate to what the
-    flags give for the current global batch (``--learning-rate-scaling``), never the saved
-    rate.
-
-    Raises:
-        CheckpointError: the state file is corrupt, names only missing files, or no listed
-            checkpoint restores (the newest one's error is in the line).
-    """
-    import tensorflow as tf
-
-    directory = join(root, CHECKPOINTS_SUBDIR)
-    try:
-        state = tf.train.get_checkpoint_state(directory)
-        has_state = tf.io.gfile.exists(join(directory, "checkpoint"))
-    except tf.errors.OpError as err:
-        raise CheckpointError(
-            f"{directory}: cannot read checkpoint state: {first_line(err)}"
-        ) from None
-    corrupt = CheckpointError(
-        f"{directory}/checkpoint: corrupt, or names a checkpoint whose files are missing; "
-        "delete the directory to start over"
-    )
-    candidates: list[str] = []
-    if state is not None and state.model_checkpoint_path:
-        # Newest first: the state's latest, then the others it lists (oldest first in the file).
-        candidates = list(dict.fromkeys([state.model_checkpoint_path,
-                                         *reversed(state.all_model_checkpoint_paths)]))  # fmt: skip
-        if not any(tf.io.gfile.exists(path + ".index") for path in candidates):
-            raise corrupt
-    elif has_state:  # unparsable: tf.train.get_checkpoint_state logs why and returns None
-        raise corrupt
-    # A rescue newer than the chief's newest checkpoint comes first (trainer.rescue).
-    newest = step_of(candidates[0]) if candidates else -1
-    candidates = [p for p in rescues(directory) if step_of(p) > newest] + candidates
-    if not candidates:
-        return 0, None
-    global_batch = int(batch_var.numpy())
-    first_error = ""
-    skipped: list[str] = []
-    for path in candidates:
-        try:
-            saved = GLOBAL_BATCH_KEY in saved_attributes(path)
-            objects = {**tracked, GLOBAL_BATCH_KEY: batch_var} if saved else tracked
-            tf.train.Checkpoint(**objects).restore(path).assert_existing_objects_matched()
-            break
-        # IndexError: TensorFlow's reader on a .data file cut short ("Read less bytes than
-        # requested"); AssertionError/ValueError: saved by another model.
-        except (tf.errors.OpError, AssertionError, ValueError, IndexError) as err:
-            why = f"{path}: cannot restore (corrupt, or saved by another model): {first_line(err)}"
-            first_error = first_error or why
-            skipped.append(path)
-            log.event("warning", message=f"{why}; trying the next older checkpoint")
-            batch_var.assign(global_batch)  # a failed attempt may have set it
-    else:
-        raise CheckpointError(first_error)
-    saved_step, saved_batch = int(step_var.numpy()), int(batch_var.numpy())
-    explicit_epochs = config.steps_per_epoch > 0
-    converted = saved_step if explicit_epochs else saved_step * saved_batch // global_batch
-    step = min(converted, total)
-    batch_var.assign(global_batch)
-    step_var.assign(step)
-    optimizer = tracked.get("optimizer")
-    optimizer_state = {}
-    if optimizer is not None:
-        optimizer.iterations.assign(step)
-        replicas = max(1, global_batch // config.batch_size)
-        optimizer.learning_rate.assign(config.learning_rate_for(replicas))
-        optimizer_state = {
-            "optimizer_iterations": int(optimizer.iterations.numpy()),
-            "learning_rate": float(optimizer.learning_rate.numpy()),
-        }
-    if saved_batch != global_batch:
-        log.event(
-            "rescale",
-            saved_step=saved_step,
-            saved_global_batch=saved_batch,
-            global_batch=global_batch,
-            step=step,
-            reason="world size or --batch-size changed; "
-            + (
-                "--steps-per-epoch is explicit: step kept"
-                if explicit_epochs
-                else "step converted to keep the examples already seen"
-            ),
-        )
-    metrics.resumes_total.inc()
-    metrics.checkpointed(step, _mtime(path + ".index"))
-    metrics.step.set(step)
-    fallback = {"skipped": skipped} if skipped else {}
-    log.event("resume", step=step, checkpoint=path, **optimizer_state, **fallback)
-    return step, path
-
-
 def step_of(path: str) -> int:
     """The step of a checkpoint prefix ``.../ckpt-<step>`` (-1 for any other name)."""
     match = re.search(rf"{CHECKPOINT_NAME}-(\d+)$", path)
     return int(match.group(1)) if match else -1
 
 
-def rescue_directory(root: str, task_index: int) -> str:
-    """Where worker ``task_index`` writes its rescue checkpoint."""
-    return join(join(root, CHECKPOINTS_SUBDIR), f"{RESCUE_PREFIX}{task_index}")
-
-
-def rescues(directory: str) -> list[str]:
-    """The rescue checkpoints under ``directory`` (``checkpoints/``), newest step first, the
-    lowest task first among equal steps (survivors of one loss write the same state)."""
+def saved_batch(path: str, default: int) -> int:
+    """The global batch the step of checkpoint ``path`` counts (``default``: it records none,
+    or cannot be read: its restore will say why)."""
     import tensorflow as tf
 
-    found = []
-    for sub in tf.io.gfile.glob(join(directory, RESCUE_PREFIX + "*")):
-        path = latest_on_disk(sub, None)
-        task = sub.rsplit(RESCUE_PREFIX, 1)[-1]
-        if path:
-            found.append((-step_of(path), int(task) if task.isdigit() else 0, path))
-    return [path for *_, path in sorted(found)]
-
-
-def prune_rescues(directory: str, step: int) -> None:
-    """Delete the rescues a checkpoint of ``step`` has passed (chief, once it is written).
-    A directory without a state file is kept: its worker may be writing it right now (the
-    loss that stops the chief stops it too). Best effort: a rescue left behind is never newer
-    than the chief's checkpoints, so never resumed from."""
-    fs = gfile()
     try:
-        for sub in fs.glob(join(directory, RESCUE_PREFIX + "*")):
-            path = latest_on_disk(sub, None)
-            if path is not None and step_of(path) <= step:
-                fs.rmtree(sub)
-    except Exception:  # noqa: BLE001 - a leftover costs only space
-        pass
+        return int(tf.train.load_variable(path, f"{GLOBAL_BATCH_KEY}/.ATTRIBUTES/VARIABLE_VALUE"))
+    except (tf.errors.OpError, ValueError, KeyError, IndexError):
+        return default
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far into the run a checkpoint is, in one unit whatever global batch its step
+    counts: the examples seen (step x its global batch), or the step itself when
+    ``--steps-per-epoch`` is explicit (epochs are counted in steps then, and a resize keeps the
+    step). Steps saved before and after a resize or a new ``--batch-size`` never compare."""
+
+    global_batch: int
+    """The current one: a checkpoint that records none is taken as saved with it."""
+    steps_kept: bool = False
+
+    @classmethod
+    def of_run(cls, config: Config, global_batch: int) -> Progress:
+        return cls(global_batch, steps_kept=config.steps_per_epoch > 0)
+
+    def at(self, step: int, global_batch: int) -> int:
+        return step if self.steps_kept else step * global_batch
+
+    def of(self, path: str) -> int:
+        """The progress of checkpoint ``path`` (its step from its name, its global batch from
+        the checkpoint)."""
+        return self.at(step_of(path), saved_batch(path, self.global_batch))
 
 
 def manager(ckpt: Any, root: str, is_chief: bool, task_index: int) -> tuple[Any, str]:
@@ -369,7 +230,7 @@ def write_text(path: str, text: str) -> None:
     fs.rename(tmp, path, overwrite=True)
 
 
-def _mtime(path: str) -> float | None:
+def mtime(path: str) -> float | None:
     try:
         return gfile().stat(path).mtime_nsec / 1e9
     except Exception:  # noqa: BLE001 - only a metric; object stores may not report it

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trainer import contract, runs
+from trainer.checkpoints import Progress
 from trainer.config import Config
 from trainer.context import WorkerContext
 from trainer.errors import (
@@ -155,7 +156,8 @@ class Controller:
         self.step_var = step_var
         self.temp_dir = temp_dir
         self.saver = Saver(manager, step_var, temp_dir, ctx.metrics, ctx.log, ctx.is_chief,
-                           asynchronous=not ctx.config.sync_checkpoints)  # fmt: skip
+                           asynchronous=not ctx.config.sync_checkpoints,
+                           progress=Progress.of_run(ctx.config, schedule.global_batch))  # fmt: skip
         self.summaries = summaries or Summaries("")
         self.rescue = rescue
         """The host copy written when a peer is lost (None: one worker, or turned off)."""
@@ -178,8 +180,6 @@ class Controller:
     def save(self, step: int, wait: bool = False) -> None:
         """Save at ``step``; ``wait``: return once the files are on disk (before an exit)."""
         self.saver.save(step, wait=wait)
-        if self.rescue is not None:
-            self.rescue.saved(step)
 
     def train(self, task: Steps, start: int) -> tuple[int, float]:
         """Train from ``start`` to the last step; returns the final step and the examples/s
@@ -243,8 +243,6 @@ class Controller:
                     f"{step - k}; lower --learning-rate (a new run id: the run manifest "
                     "records the rate) or look for NaN/Inf in the data"
                 )
-            if self.rescue is not None:  # the state after this call, for a peer's loss
-                self.rescue.snapshot(step)
             epoch_sums = [a + b for a, b in zip(epoch_sums, (loss_sum, correct, count),
                                                 strict=True)]  # fmt: skip
             metrics.stepped(k, s.global_batch, now - t_call)
@@ -258,6 +256,10 @@ class Controller:
                 epoch_sums = [0.0, 0.0, 0.0]
             if s.epoch_end(step) and task.evaluates:
                 self._evaluate(task, step)
+            if self.rescue is not None:
+                # The state after this call, for a peer's loss: after the epoch's figures and
+                # the evaluation, which a resume from it would otherwise never redo.
+                self.rescue.snapshot(step)
             if now - t_log >= ctx.config.log_every or step == total:
                 rate = steps_since_log * s.global_batch / max(now - t_log, 1e-9)
                 self._progress(step, rate, loss_sum, correct, count)

@@ -43,6 +43,7 @@ from trainer.errors import (
     EXIT_USAGE,
 )
 from trainer.local_cluster import LocalCluster, intra_op_threads, new_launch_id
+from trainer.rescue import RESCUE_PREFIX
 
 PERMANENT_EXIT_CODES = frozenset(
     {
@@ -238,8 +239,11 @@ def _attempts(
 def _discard_unresumable(root: str) -> None:
     """Remove the directory of a failed run this launch created when it holds no checkpoint:
     nothing in it resumes (manifest, lease and logs of a run that never saved), and leaving it
-    would keep the run id taken. A run with a checkpoint stays, to be resumed."""
-    if (Path(root) / CHECKPOINTS_SUBDIR / "checkpoint").exists():
+    would keep the run id taken. A run with a checkpoint stays, to be resumed: the chief's or
+    a rescue (trainer.rescue), each complete once its state file is written."""
+    directory = Path(root) / CHECKPOINTS_SUBDIR
+    states = [directory / "checkpoint", *directory.glob(f"{RESCUE_PREFIX}*/checkpoint")]
+    if any(state.is_file() for state in states):
         print(f"[launcher] the run's checkpoints stay in {root}: the same --run-id resumes it")
         return
     shutil.rmtree(root, ignore_errors=True)

@@ -10,39 +10,53 @@ million values, 100 ms to trace once per process, ``python -m benchmarks.rescue_
 same copy an asynchronous save makes). When the loop fails because a peer is gone, the worker
 puts that copy back and writes it (:meth:`Rescue.write`) to a directory of its own,
 ``checkpoints/rescue-<task>``: a checkpoint like the chief's (its files first, then its state
-file), written by that worker alone, so survivors never write the same files.
+file), written by that worker alone, so survivors never write the same files. It is written under
+a temporary name (``rescue-<task>.tmp``) and renamed once complete, so the chief's pruning, which
+skips that name, never deletes a rescue being written.
 
 The checkpointed variables are all mirrored (the ``ON_READ`` metric sums are not saved), so the
-write needs no collective and works with the peer gone. :func:`trainer.checkpoints.restore`
-resumes from the newest of the chief's checkpoints and the rescues; every survivor of one loss
-writes the same step or one call apart, and the restore after the restart happens once the
-cluster has formed again, which waits for every survivor, so all workers resume from the same
-files. The chief deletes the rescues its own later checkpoints have passed
-(:func:`trainer.checkpoints.prune_rescues`).
+write needs no collective and works with the peer gone. :func:`trainer.restore.restore`
+resumes from the furthest of the chief's checkpoints and the rescues, by examples seen
+(:class:`trainer.checkpoints.Progress`: steps saved at another world size do not compare); every
+survivor of one loss writes the same step or one call apart, and the restore after the restart
+happens once the cluster has formed again, which waits for every survivor, so all workers resume
+from the same files. The chief deletes the rescues its own later checkpoints have reached
+(:func:`prune_rescues`).
 
 Imports no TensorFlow at import time.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import time
 from typing import Any
 
 from trainer import checkpoints
+from trainer.checkpoints import Progress
 from trainer.logs import Log
+
+RESCUE_PREFIX = "rescue-"
+"""``checkpoints/rescue-<task>/``: the checkpoint a worker wrote as a peer was lost."""
+WRITING_SUFFIX = ".tmp"
+"""``rescue-<task>.tmp``: a rescue being written; renamed to ``rescue-<task>`` once complete."""
+_NAME = re.compile(rf"{re.escape(RESCUE_PREFIX)}(\d+)({re.escape(WRITING_SUFFIX)})?")
 
 
 class Rescue:
     """One worker's host copy of its checkpointed variables, and the write of it on a loss."""
 
     def __init__(self, checkpoint: Any, step_var: Any, root: str, task_index: int, start: int,
-                 log: Log) -> None:  # fmt: skip
+                 log: Log, progress: Progress) -> None:  # fmt: skip
         import tensorflow as tf
 
         self.checkpoint = checkpoint
         self.step_var = step_var
-        self.directory = checkpoints.rescue_directory(root, task_index)
+        self.checkpoints = checkpoints.join(root, checkpoints.CHECKPOINTS_SUBDIR)
+        self.directory = rescue_directory(root, task_index)
         self.log = log
+        self.progress = progress
         self.variables = checkpointed_variables(checkpoint)
         with tf.device("/cpu:0"):  # host memory: a GPU worker's copy must not take GPU memory
             self.copies = [
@@ -54,47 +68,111 @@ class Rescue:
         self._copy = tf.function(self._assign_copies, autograph=False)
         self.step = start
         """The step the copies hold."""
-        self.covered = start
-        """The newest step a checkpoint already holds: nothing to rescue up to it."""
+        self.start = start
+        """The step this process resumed at: a checkpoint holds it."""
 
     def _assign_copies(self) -> None:
         for copy, variable in zip(self.copies, self.variables, strict=True):
             copy.assign(variable.read_value())
 
     def snapshot(self, step: int) -> None:
-        """Copy the variables as they are after the call that ended at ``step``."""
+        """Copy the variables as they are after the call that ended at ``step`` and what the
+        loop did after it (the epoch's figures, the evaluation)."""
         self._copy()
         self.step = step
 
-    def saved(self, step: int) -> None:
-        """A periodic checkpoint of ``step`` was taken: a loss after it rescues later steps."""
-        self.covered = max(self.covered, step)
-
     def write(self) -> None:
-        """Write the copy to ``checkpoints/rescue-<task>`` (when it is newer than every
-        checkpoint); called as the loop fails on a lost peer, so a failure here is logged
+        """Write the copy to ``checkpoints/rescue-<task>`` when it is further on than the
+        chief's latest checkpoint on disk (a save still in flight, or cut short by the loss,
+        holds nothing); called as the loop fails on a lost peer, so a failure here is logged
         (``warning``), never raised: the loss is the error to report."""
         import tensorflow as tf
 
-        if self.step <= self.covered:
+        latest = checkpoints.latest_on_disk(self.checkpoints, None)
+        mine = self.progress.at(self.step, self.progress.global_batch)
+        if self.step <= self.start or (latest and self.progress.of(latest) >= mine):
             return
         t0 = time.time()
+        writing = self.directory + WRITING_SUFFIX
+        fs = tf.io.gfile
         try:
+            if fs.exists(writing):  # what an earlier write cut short left
+                fs.rmtree(writing)
             for variable, copy in zip(self.variables, self.copies, strict=True):
                 variable.assign(copy)
             self.step_var.assign(self.step)
             manager = tf.train.CheckpointManager(
-                self.checkpoint, self.directory, 1, checkpoint_name=checkpoints.CHECKPOINT_NAME
+                self.checkpoint, writing, 1, checkpoint_name=checkpoints.CHECKPOINT_NAME
             )
-            path = manager.save(checkpoint_number=self.step)
+            manager.save(checkpoint_number=self.step)
+            # The state file names the checkpoint relative to its directory: it survives the
+            # rename. Until the rename the restore finds it under the temporary name.
+            _remove(self.directory)
+            fs.rename(writing, self.directory)
         except (tf.errors.OpError, OSError, ValueError, RuntimeError) as err:
             self.log.event(
                 "warning",
                 message=f"{self.directory}: rescue checkpoint of step {self.step} not written: "
-                f"{checkpoints.first_line(err)}; the restart resumes from step {self.covered}",
+                f"{checkpoints.first_line(err)}; the restart resumes from "
+                f"{latest or 'the first step (no checkpoint)'}",
             )
             return
+        path = checkpoints.join(self.directory, f"{checkpoints.CHECKPOINT_NAME}-{self.step}")
         self.log.event("rescue", step=self.step, path=path, seconds=round(time.time() - t0, 3))
+
+
+def rescue_directory(root: str, task_index: int) -> str:
+    """Where worker ``task_index`` writes its rescue checkpoint."""
+    return checkpoints.join(
+        checkpoints.join(root, checkpoints.CHECKPOINTS_SUBDIR), f"{RESCUE_PREFIX}{task_index}"
+    )
+
+
+def _rescue_dirs(directory: str) -> list[tuple[str, int, bool]]:
+    """``(path, task, being written)`` of each rescue directory under ``checkpoints/``."""
+    found = []
+    for sub in checkpoints.gfile().glob(checkpoints.join(directory, RESCUE_PREFIX + "*")):
+        match = _NAME.fullmatch(sub.rstrip("/").rsplit("/", 1)[-1])
+        if match:
+            found.append((sub, int(match.group(1)), bool(match.group(2))))
+    return found
+
+
+def rescues(directory: str, progress: Progress) -> list[str]:
+    """The rescue checkpoints under ``directory`` (``checkpoints/``), furthest on first, the
+    lowest task first among equals (survivors of one loss write the same state). One under its
+    temporary name counts once its state file is written (it is complete then): a writer
+    stopped between its write and its rename left it."""
+    found = []
+    for sub, task, _ in _rescue_dirs(directory):
+        path = checkpoints.latest_on_disk(sub, None)
+        if path:
+            found.append((-progress.of(path), task, path))
+    return [path for *_, path in sorted(found)]
+
+
+def prune_rescues(directory: str, landed: str, progress: Progress) -> None:
+    """Delete the rescues that the chief's checkpoint ``landed`` (just written) has reached, by
+    examples seen. A rescue being written (its temporary name) or without a state file is
+    kept: its worker may be writing it right now (the loss that stops the chief stops it too).
+    Best effort: a rescue left behind is never further on than the chief's checkpoints, so
+    never resumed from."""
+    try:
+        reached = progress.of(landed)
+        for sub, _, writing in _rescue_dirs(directory):
+            path = None if writing else checkpoints.latest_on_disk(sub, None)
+            if path is not None and progress.of(path) <= reached:
+                _remove(sub)
+    except Exception:  # noqa: BLE001 - a leftover costs only space
+        pass
+
+
+def _remove(path: str) -> None:
+    """Delete directory ``path`` if it is there (the chief may prune it at the same time)."""
+    import tensorflow as tf
+
+    with contextlib.suppress(tf.errors.NotFoundError):
+        tf.io.gfile.rmtree(path)
 
 
 def checkpointed_variables(checkpoint: Any) -> list[Any]:

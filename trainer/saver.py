@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from trainer import checkpoints
+from trainer.checkpoints import Progress
 from trainer.errors import CheckpointError
 from trainer.logs import Log
 from trainer.metrics import Metrics
@@ -40,6 +41,7 @@ class Saver:
         log: Log,
         is_chief: bool,
         asynchronous: bool,
+        progress: Progress,
     ) -> None:
         self.manager = manager
         self.step_var = step_var
@@ -48,6 +50,8 @@ class Saver:
         self.log = log
         self.is_chief = is_chief
         self.asynchronous = asynchronous
+        self.progress = progress
+        """The unit the chief's pruning compares its checkpoints and the rescues in."""
         self.pending: int | None = None
         """The step whose asynchronous write may still be running."""
 
@@ -115,9 +119,14 @@ class Saver:
         self._landed(step)
 
     def _landed(self, step: int) -> None:
-        """The checkpoint of ``step`` is on disk: the chief deletes the rescues it passed."""
+        """The checkpoint of ``step`` is on disk: the chief deletes the rescues it reached."""
         if self.is_chief:
-            checkpoints.prune_rescues(self.manager.directory, step)
+            from trainer.rescue import prune_rescues
+
+            prefix = checkpoints.join(
+                self.manager.directory, f"{checkpoints.CHECKPOINT_NAME}-{step}"
+            )
+            prune_rescues(self.manager.directory, prefix, self.progress)
 
     def settle(self) -> None:
         """:meth:`wait` when the loop failed: a write in flight is of a good step, so it is

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from trainer import checkpoints, precision
+from trainer import precision, restore
 from trainer.checkpoints import GLOBAL_BATCH_KEY, LOSS_SCALE_KEY
 from trainer.config import Config
 from trainer.context import WorkerContext
@@ -126,11 +126,11 @@ class Task:
         return self.last_metrics, self.last_eval
 
     def restore(self, ctx: WorkerContext) -> int:
-        """The newest intact checkpoint (:func:`trainer.checkpoints.restore`), then the fp16
+        """The newest intact checkpoint (:func:`trainer.restore.restore`), then the fp16
         loss scale; returns the step to start at."""
         import tensorflow as tf
 
-        start, self.checkpoint_path = checkpoints.restore(
+        start, self.checkpoint_path = restore.restore(
             ctx.root, self.tracked, self.step_var, self.batch_var, self.schedule.total_steps,
             self.config, ctx.log, ctx.metrics,
         )  # fmt: skip
@@ -145,7 +145,7 @@ class Task:
             # checkpoint writes the objects given to the constructor only.
             self.checkpoint = tf.train.Checkpoint(**self.tracked, **{
                 GLOBAL_BATCH_KEY: self.batch_var, LOSS_SCALE_KEY: scale_state})  # fmt: skip
-            if checkpoints.restore_extra(self.checkpoint_path, {LOSS_SCALE_KEY: scale_state}):
+            if restore.restore_extra(self.checkpoint_path, {LOSS_SCALE_KEY: scale_state}):
                 ctx.log.event(
                     "loss_scale", restored=prec.loss_scale(), good_steps=prec.good_steps()
                 )

@@ -11,7 +11,8 @@ Checkpoint directory layout (``TFD_CHECKPOINT_DIR``, local path or gs:// URI)::
     manifest.json               the run's settings at its first start, chief only
     chief.lease                 the live chief's lease (trainer.lease), chief only
     checkpoints/ckpt-<step>.*   step-level checkpoints, chief only
-    checkpoints/rescue-<task>/  a worker's checkpoint as a peer was lost (trainer.rescue)
+    checkpoints/rescue-<task>/  a worker's checkpoint as a peer was lost (trainer.rescue;
+                                rescue-<task>.tmp/ while it is written)
     model.keras                 final model, chief only
     summary.json                final figures, chief only
     DONE                        written last by the chief (trainer.runs): the run is finished
@@ -114,8 +115,9 @@ class Worker:
         task.start(start)
         rescue = None
         if n > 1 and not cfg.no_rescue_checkpoint:
+            progress = checkpoints.Progress.of_run(cfg, schedule.global_batch)
             rescue = Rescue(task.checkpoint, task.step_var, ctx.root, ctx.spec.task_index, start,
-                            log)  # fmt: skip
+                            log, progress)  # fmt: skip
         controller = Controller(ctx, schedule, manager, task.step_var, temp_dir, summaries,
                                 rescue)  # fmt: skip
         controller.watch_statefulset()

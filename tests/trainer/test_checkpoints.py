@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from tests.trainer.messages import PEER_LOST, PEER_LOST_LINE
-from trainer import checkpoints
+from trainer import checkpoints, restore
 from trainer.cli import Config
 from trainer.errors import EXIT_CHECKPOINT, CheckpointError
 from trainer.logs import Log
@@ -25,14 +25,23 @@ from trainer.metrics import Metrics
 SUBDIR = checkpoints.CHECKPOINTS_SUBDIR
 
 
-def _save(root: Path, steps: tuple[int, ...]) -> None:
-    """``ckpt-<step>`` for each step, its weights ``[step, step]``."""
+def _save(root: Path, steps: tuple[int, ...], global_batch: int | None = None) -> None:
+    """``ckpt-<step>`` for each step, its weights ``[step, step]``; ``global_batch``: recorded
+    with them (None: not, as in checkpoints from before it was)."""
     weights, step = tf.Variable([0.0, 0.0]), tf.Variable(0, dtype=tf.int64)
-    manager, _ = checkpoints.manager(tf.train.Checkpoint(w=weights, step=step), str(root), True, 0)
+    ckpt = tf.train.Checkpoint(w=weights, step=step, **_batch(global_batch))
+    manager, _ = checkpoints.manager(ckpt, str(root), True, 0)
     for s in steps:
         weights.assign([float(s)] * 2)
         step.assign(s)
         manager.save(checkpoint_number=s)
+
+
+def _batch(global_batch: int | None) -> dict[str, tf.Variable]:
+    """The global batch attribute a task's checkpoint has (none when ``global_batch`` is None)."""
+    if global_batch is None:
+        return {}
+    return {checkpoints.GLOBAL_BATCH_KEY: tf.Variable(global_batch, dtype=tf.int64)}
 
 
 def _cut_data(prefix: Path) -> None:
@@ -48,16 +57,19 @@ def _drop_index(prefix: Path) -> None:
     prefix.with_name(prefix.name + ".index").unlink()
 
 
-def _restore(root: Path) -> tuple[int, str | None, list[float], list[dict]]:
+def _restore(
+    root: Path, global_batch: int = 64, config: Config | None = None
+) -> tuple[int, str | None, list[float], list[dict]]:
+    """Restore at ``global_batch``: (step, checkpoint, weights, events)."""
     weights, step = tf.Variable([0.0, 0.0]), tf.Variable(0, dtype=tf.int64)
     stream = io.StringIO()
-    got, path = checkpoints.restore(
+    got, path = restore.restore(
         str(root),
         {"w": weights, "step": step},
         step,
-        tf.Variable(64, dtype=tf.int64),
+        tf.Variable(global_batch, dtype=tf.int64),
         1000,
-        Config(),
+        config or Config(),
         Log(0, stream),
         Metrics(),
     )

@@ -250,16 +250,19 @@ def test_world_size_change_stops_at_a_checkpoint(tmp_path: Path):
 
 
 @pytest.mark.parametrize(
-    ("existed", "checkpointed", "codes", "kept"),
+    ("existed", "state", "codes", "kept"),
     [
-        (False, False, [EXIT_USAGE], False),  # failed before any checkpoint: nothing resumes
-        (False, True, [errors.EXIT_DATA], True),  # a checkpoint resumes the run: kept
-        (True, False, [EXIT_USAGE], True),  # the directory was there before this launch
-        (False, False, [0], True),  # a finished run keeps its directory
+        (False, "", [EXIT_USAGE], False),  # failed before any checkpoint: nothing resumes
+        (False, "checkpoints/checkpoint", [errors.EXIT_DATA], True),  # a checkpoint resumes it
+        (False, "checkpoints/rescue-1/checkpoint", [errors.EXIT_DATA], True),  # so does a rescue
+        (False, "checkpoints/rescue-1.tmp/checkpoint", [errors.EXIT_DATA], True),  # not renamed
+        (False, "checkpoints/rescue-1/ckpt-4.index", [errors.EXIT_DATA], False),  # no state file
+        (True, "", [EXIT_USAGE], True),  # the directory was there before this launch
+        (False, "", [0], True),  # a finished run keeps its directory
     ],
 )
 def test_a_failed_run_leaves_only_what_resumes(
-    tmp_path: Path, monkeypatch, existed: bool, checkpointed: bool, codes: list[int], kept: bool
+    tmp_path: Path, monkeypatch, existed: bool, state: str, codes: list[int], kept: bool
 ):
     run_dir = tmp_path / "runs" / "r1"
     if existed:
@@ -271,9 +274,9 @@ def test_a_failed_run_leaves_only_what_resumes(
 
         def start(self) -> None:
             (run_dir / "run.json").write_text("{}")
-            if checkpointed:
-                (run_dir / "checkpoints").mkdir()
-                (run_dir / "checkpoints" / "checkpoint").write_text("")
+            if state:  # what a save writes last
+                (run_dir / state).parent.mkdir(parents=True)
+                (run_dir / state).write_text("")
             self.procs = [local_cluster.WorkerProcess(0, None, {})]  # type: ignore[arg-type]
 
         def close(self) -> None:

@@ -223,7 +223,8 @@ def test_fp16_resumes_its_loss_scale_from_an_fp16_checkpoint(
 ):
     import tensorflow as tf
 
-    from trainer.checkpoints import CHECKPOINTS_SUBDIR, LOSS_SCALE_KEY, restore_extra
+    from trainer.checkpoints import CHECKPOINTS_SUBDIR, LOSS_SCALE_KEY
+    from trainer.restore import restore_extra
 
     if saved == "fp16 state":
         before = _fp16_after_steps(bad_steps=2, good_steps=3)
@@ -231,7 +232,7 @@ def test_fp16_resumes_its_loss_scale_from_an_fp16_checkpoint(
     elif saved.startswith("no loss scale"):
         _save(tmp_path, step=tf.Variable(7))
     after = _fp16_after_steps(bad_steps=0, good_steps=0)
-    # The checkpoint trainer.checkpoints.restore resumed from: here the only one.
+    # The checkpoint trainer.restore.restore resumed from: here the only one.
     resumed = tf.train.latest_checkpoint(str(tmp_path / CHECKPOINTS_SUBDIR))
     got = restore_extra(resumed, {LOSS_SCALE_KEY: after.loss_scale_state()})
     assert got is restored, f"{saved}: restore_extra returned {got}"

@@ -19,13 +19,17 @@ import tensorflow as tf
 
 from tests.trainer.test_checkpoints import _fill, full_volume  # noqa: F401 - the fixture
 from trainer import checkpoints, contract
+from trainer.checkpoints import Progress
 from trainer.errors import EXIT_CHECKPOINT, CheckpointError
 from trainer.logs import Log
 from trainer.metrics import Metrics
+from trainer.rescue import RESCUE_PREFIX
 from trainer.saver import Saver
 
 SUBDIR = checkpoints.CHECKPOINTS_SUBDIR
 ROOT = Path(__file__).resolve().parents[2]
+PROGRESS = Progress(64)
+"""Checkpoints that record no global batch, compared by step."""
 SIZE = 4_000_000
 """Floats per variable: 16 MB, a write that takes a while."""
 
@@ -38,13 +42,14 @@ CHILD = textwrap.dedent(
     from trainer import checkpoints
     from trainer.logs import Log
     from trainer.metrics import Metrics
+    from trainer.checkpoints import Progress
     from trainer.saver import Saver
 
     root, wait = sys.argv[1], sys.argv[2] == "wait"
     w = tf.Variable(tf.zeros([{size}]))
     step = tf.Variable(0, dtype=tf.int64)
     manager, _ = checkpoints.manager(tf.train.Checkpoint(w=w, step=step), root, True, 0)
-    saver = Saver(manager, step, "", Metrics(), Log(0, sys.stdout), True, asynchronous=True)
+    saver = Saver(manager, step, "", Metrics(), Log(0, sys.stdout), True, True, Progress(1))
     w.assign(tf.fill([{size}], 1.0))
     saver.save(1, wait=True)
     w.assign(tf.fill([{size}], 2.0))
@@ -96,7 +101,7 @@ def test_exit_during_an_async_write_leaves_a_restorable_latest_checkpoint(tmp_pa
 def test_a_non_chiefs_private_copy_is_deleted_once_written(tmp_path: Path):
     step = tf.Variable(0, dtype=tf.int64)
     manager, temp_dir = checkpoints.manager(tf.train.Checkpoint(step=step), "unused", False, 1)
-    saver = Saver(manager, step, temp_dir, Metrics(), Log(1, io.StringIO()), False, True)
+    saver = Saver(manager, step, temp_dir, Metrics(), Log(1, io.StringIO()), False, True, PROGRESS)
     saver.save(1)
     saver.wait()
     assert not Path(temp_dir).exists(), f"{temp_dir}: the private copy was left"
@@ -108,7 +113,7 @@ def test_the_checkpoint_metric_follows_the_write_not_the_call(tmp_path: Path):
     step = tf.Variable(0, dtype=tf.int64)
     manager, _ = checkpoints.manager(tf.train.Checkpoint(step=step), str(tmp_path), True, 0)
     metrics = Metrics()
-    saver = Saver(manager, step, "", metrics, Log(0, io.StringIO()), True, asynchronous=True)
+    saver = Saver(manager, step, "", metrics, Log(0, io.StringIO()), True, True, PROGRESS)
     saver.save(5)
     assert saver.pending == 5
     deadline = time.time() + 60
@@ -126,7 +131,7 @@ def test_a_failed_async_write_keeps_the_previous_checkpoint(full_volume: Path): 
     manager, _ = checkpoints.manager(
         tf.train.Checkpoint(w=weights, step=step), str(full_volume), True, 0
     )
-    saver = Saver(manager, step, "", Metrics(), Log(0, io.StringIO()), True, asynchronous=True)
+    saver = Saver(manager, step, "", Metrics(), Log(0, io.StringIO()), True, True, PROGRESS)
     saver.save(1, wait=True)
     _fill(full_volume)
     directory = full_volume / SUBDIR
@@ -154,8 +159,10 @@ def test_a_landed_save_deletes_the_rescues_it_passed_on_the_chief(
     w, step = tf.Variable([1.0]), tf.Variable(0, dtype=tf.int64)
     manager, temp = checkpoints.manager(tf.train.Checkpoint(w=w, step=step), str(tmp_path),
                                         is_chief, 0)  # fmt: skip
-    saver = Saver(manager, step, temp, Metrics(), Log(0, io.StringIO()), is_chief, asynchronous)
+    saver = Saver(
+        manager, step, temp, Metrics(), Log(0, io.StringIO()), is_chief, asynchronous, PROGRESS
+    )
     saver.save(200, wait=True)
-    left = sorted(p.name for p in (tmp_path / SUBDIR).glob(f"{checkpoints.RESCUE_PREFIX}*"))
-    prefix = checkpoints.RESCUE_PREFIX
+    left = sorted(p.name for p in (tmp_path / SUBDIR).glob(f"{RESCUE_PREFIX}*"))
+    prefix = RESCUE_PREFIX
     assert left == ([f"{prefix}2"] if is_chief else [f"{prefix}1", f"{prefix}2"]), left

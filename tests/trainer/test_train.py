@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.messages import PEER_LOST, PEER_LOST_LINE
-from trainer import checkpoints, contract, errors, finish, signals
+from trainer import checkpoints, contract, errors, finish, restore, signals
 from trainer.cli import Config
 from trainer.context import WorkerContext
 from trainer.controller import Controller, Schedule
@@ -39,8 +39,8 @@ def _restore(
     worker: WorkerContext, tracked: dict[str, object], step_var: object, batch_var: object,
     total: int,
 ) -> int:  # fmt: skip
-    """The step a task's restore (:func:`trainer.checkpoints.restore`) starts at."""
-    step, _ = checkpoints.restore(
+    """The step a task's restore (:func:`trainer.restore.restore`) starts at."""
+    step, _ = restore.restore(
         worker.root, tracked, step_var, batch_var, total, worker.config, worker.log, worker.metrics
     )
     return step
