@@ -424,14 +424,41 @@ def test_retries_end_after_the_budget_or_at_sigterm(sigterm: bool):
 def test_failed_read_at_start_is_a_warning_without_replicas_from_the_api(
     api: FakeApi, tmp_path: Path
 ):
-    """With TFD_REPLICAS_SOURCE=env the start-up read only serves the rollout check."""
-    api.status["GET"] = 500
+    """With TFD_REPLICAS_SOURCE=env a refused start-up read (403: not worth another try) is a
+    warning that says the chief's lease holder goes without the StatefulSet's uid."""
+    api.status["GET"] = 403
     env = _finished_worker(api, tmp_path)
     proc = _start(env, "--on-done", "exit")
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_OK, err[-1000:]
     warning = parse_events(out.splitlines(), "warning")[0]["message"]
-    assert warning.startswith(f"StatefulSet check at start failed: GET {api.url}{STS}: HTTP 500")
+    assert warning.startswith(f"StatefulSet check at start failed: GET {api.url}{STS}: HTTP 403")
+    holder = f"local/tfd-worker-0@{socket.gethostname()}"
+    assert warning.endswith(f"the chief's lease holder is {holder}, without the StatefulSet's uid")
+
+
+@pytest.mark.parametrize("first", [503, CUT], ids=["503", "cut-short"])
+def test_the_chief_keeps_its_uid_when_the_first_read_gets_no_answer(
+    api: FakeApi, tmp_path: Path, first: int | str
+):
+    """Without TFD_REPLICAS_SOURCE=api too, a start-up read without an answer (a 5 s timeout on
+    a loaded machine, a 503) is tried again: the holder keeps the uid, and is refused here as
+    another deployment's chief. (A single read dropped the token: ``...@host`` without ``#``.)"""
+    served = _answer_in_order(api, "GET", [first, 200])
+    root = tmp_path / "run-1"
+    root.mkdir()
+    other = f"local/tfd-worker-0@{socket.gethostname()}#uid-cluster-a"
+    (root / LEASE_FILE).write_text(LeaseRecord(other, time.time() + 600, time.time()).to_text())
+    api.uid = "uid-cluster-b"
+    env = worker_envs(1, str(root))[0] | api.env(tmp_path / "token")
+    proc = _start(env, "--on-done", "exit")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_RUN_CONFLICT, err[-1000:]
+    assert served[0] == first and served[-1] == 200, served
+    last = err.strip().splitlines()[-1]
+    assert f"this chief is local/tfd-worker-0@{socket.gethostname()}#uid-cluster-b" in last, last
+    warning = parse_events(out.splitlines(), "warning")[0]["message"]
+    assert warning.startswith("StatefulSet read at start failed; next try in 1 s: GET "), warning
 
 
 def test_the_chief_holds_its_lease_as_its_statefulsets_uid(api: FakeApi, tmp_path: Path):
