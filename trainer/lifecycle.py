@@ -179,6 +179,7 @@ def _retrying(
     stop: StopSignal,
     log: Log,
     budget_s: float = API_RETRY_BUDGET_S,
+    clock: Callable[[], float] = time.monotonic,
 ) -> T:
     """``call()``, tried again while it raises ``transient``: after 1, 2, 4, 8, then every 10 s
     (the supervisor's schedule for waiting restarts, :func:`waiting_pause`), each failure a
@@ -187,7 +188,7 @@ def _retrying(
     Raises:
         RestartRequested: SIGTERM while waiting for the next try (exit 76).
     """
-    deadline = time.monotonic() + budget_s
+    deadline = clock() + budget_s
     tries = 0
     while True:
         try:
@@ -195,7 +196,7 @@ def _retrying(
         except transient as err:
             pause = waiting_pause(1.0, tries)
             tries += 1
-            if time.monotonic() + pause > deadline:
+            if clock() + pause > deadline:
                 raise
             log.event("warning", message=f"{what} failed; next try in {pause:g} s: {err}")
             if stop.event.wait(pause):  # terminated meanwhile: no more tries

@@ -71,7 +71,7 @@ def test_cancel_update_interrupts_this_processs_pulumi_up_only(tmp_path: Path) -
         for proc in (up, preview):  # each has installed its handler
             assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
         assert StackHandle.cancel_update(None) is True  # type: ignore[arg-type]
-        assert up.wait(10) == 42, "pulumi up was not interrupted"
+        assert up.wait(60) == 42, "pulumi up was not interrupted"
         assert preview.poll() is None, "a pulumi that is not an up was interrupted"
     finally:
         for proc in (up, preview):

@@ -289,7 +289,8 @@ def test_sigterm_while_the_cluster_forms(tmp_path: Path, peer: str):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == EXIT_RESTART, err[-2000:]
-    assert elapsed < 5, f"exit {elapsed:.1f} s after SIGTERM"
+    # Well before the 60 s forming timeout, with room for a loaded machine.
+    assert elapsed < 30, f"exit {elapsed:.1f} s after SIGTERM: it waited for the timeout"
     last = err.strip().splitlines()[-1]
     assert last.startswith("trainer: error: stopped (SIGTERM) while the cluster was forming: "), (
         last
