@@ -48,7 +48,7 @@ INVALID = [
         "dev",
         {P + "trainerFlags": ["--lr=0.1"]},
         "trainerFlags",
-        "unrecognized arguments: --lr=0.1",
+        "(--lr: unknown flag)",
         "--lr=0.1",
     ),
     (
