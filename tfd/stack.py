@@ -22,6 +22,13 @@ from tfd.kube import Access
 ROOT = Path(__file__).resolve().parents[1]
 """The project directory (where ``Pulumi.yaml`` is): this checkout."""
 
+PULUMI_MISSING = (
+    "the Pulumi CLI (3.x) is needed and is not on PATH: install it with "
+    "`curl -fsSL https://get.pulumi.com | sh` (then open a new shell, or add ~/.pulumi/bin to "
+    "PATH); other ways: https://www.pulumi.com/docs/install/"
+)
+"""What tfd says without the CLI: how to get it, not only that it is missing."""
+
 
 @dataclass(frozen=True)
 class Target:
@@ -69,8 +76,8 @@ class StackHandle:
             raise UsageError(f"--stack: no stack {stack!r} in this project's backend") from None
         except auto.CommandError as err:
             raise _fail(f"stack {stack}", err) from None
-        except FileNotFoundError as err:  # no pulumi CLI on PATH
-            raise StackError(f"the Pulumi CLI is needed: {err}") from None
+        except FileNotFoundError:  # no pulumi CLI on PATH
+            raise StackError(PULUMI_MISSING) from None
         self.name = stack
         self._config: dict[str, Any] | None = None
 
@@ -98,7 +105,8 @@ class StackHandle:
 
     def target(self) -> Target:
         """The deployed names (outputs); before the first ``up`` has ended, the names the
-        program gives the stack's config (its own rules, ``tfd.settings.validate``).
+        program gives the stack's config (its own rules, ``tfd.settings.validate``, less the
+        image's: reading a run builds nothing).
 
         Raises:
             UsageError: no outputs and a config the program refuses.
@@ -111,7 +119,7 @@ class StackHandle:
         raw, secret_keys = settings.merged(
             settings.project_values(self.project_dir), self.config(), {}
         )
-        cfg = settings.validate(raw, secret_keys, stack=self.name)
+        cfg = settings.validate(raw, secret_keys, stack=self.name, building=False)
         return Target(cfg.namespace, cfg.statefulset_name)
 
     def access(self) -> Access:

@@ -227,6 +227,7 @@ class Lease:
         ttl_seconds: float = TTL_SECONDS,
         settle_seconds: float = SETTLE_SECONDS,
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
         on_lost: Callable[[str], None] = _exit_lost,
     ) -> None:
         self.path = f"{root.rstrip('/')}/{LEASE_FILE}"
@@ -236,6 +237,7 @@ class Lease:
         self.ttl_seconds = ttl_seconds
         self.settle_seconds = settle_seconds
         self.clock = clock
+        self.sleep = sleep  # the settle wait: tests see it without timing it
         self.on_lost = on_lost
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -276,7 +278,7 @@ class Lease:
         record = self._write()
         if current is None or current.holder != self.holder:
             # A free or expired lease: another chief may be taking it right now.
-            time.sleep(self.settle_seconds)
+            self.sleep(self.settle_seconds)
             back = self.read()
             if back is None or back.holder != self.holder:
                 raise RunConflictError(

@@ -42,6 +42,7 @@ from trainer.errors import (
     RolloutRequested,
     TrainerError,
 )
+from trainer.lease import holder_identity
 from trainer.logs import Log
 from trainer.manifest import RunGuard
 from trainer.metrics import Metrics, MetricsServer
@@ -52,9 +53,10 @@ from trainer.watch import Decision, decide_from_state
 
 API_RETRY_BUDGET_S = 60.0
 """How long a worker keeps trying an API call that gets no answer (connection, DNS, timeout, an
-answer cut short) or a 429/5xx one: the StatefulSet read at start when the world size comes from
-the API, the scale to zero and the deletion of its own pod. Longer than an API server restart or
-a DNS hiccup, well inside the startup probe's five minutes (the probes answer meanwhile)."""
+answer cut short) or a 429/5xx one: the StatefulSet read at start (the world size, the uid of
+the chief's lease holder), the scale to zero and the deletion of its own pod. Longer than an API
+server restart or a DNS hiccup, well inside the startup probe's five minutes (the probes answer
+meanwhile)."""
 
 T = TypeVar("T")
 
@@ -99,7 +101,12 @@ def run(config: Config, env: Mapping[str, str]) -> int:
     metrics.place(spec.task_index, spec.num_workers)
     log = Log(spec.task_index)
     if unread:
-        log.event("warning", message=f"StatefulSet check at start failed: {unread}")
+        holder = (
+            f"; the chief's lease holder is {holder_identity(env)}, without the StatefulSet's uid"
+            if spec.is_chief
+            else ""
+        )
+        log.event("warning", message=f"StatefulSet check at start failed: {unread}{holder}")
     if config.input_only:
         from trainer import input_only
 
@@ -148,17 +155,16 @@ def run(config: Config, env: Mapping[str, str]) -> int:
 def _read_statefulset(
     env: Mapping[str, str], required: bool, stop: StopSignal
 ) -> tuple[k8s.StatefulSetState | None, str]:
-    """The StatefulSet at start, or ``None`` and why not. Its replica count is required with
-    ``TFD_REPLICAS_SOURCE=api``: a read without an answer (connection, DNS, an answer cut short)
-    or with a 429/5xx one is then tried again (:func:`_retrying`), and a failure is a
-    ContractError. Otherwise it only serves the rollout check, and a failure is a warning (the
-    chief's poll tries again)."""
+    """The StatefulSet at start, or ``None`` and why not. A read without an answer (connection,
+    DNS, a timeout on a loaded node, an answer cut short) or with a 429/5xx one is tried again
+    (:func:`_retrying`) in every mode: the StatefulSet exists (this pod runs under it), and its
+    uid is the token of the chief's lease holder, which one failed read would drop. Out of tries
+    or refused (403): a ContractError when the replica count is required
+    (``TFD_REPLICAS_SOURCE=api``), else ``None`` and the error (a warning that names the holder
+    without the token)."""
     try:
-        if required:
-            state = _retrying(lambda: k8s.statefulset_state(env), "StatefulSet read at start",
-                              ApiUnreachableError, stop, Log(None))  # fmt: skip
-        else:
-            state = k8s.statefulset_state(env)
+        state = _retrying(lambda: k8s.statefulset_state(env), "StatefulSet read at start",
+                          ApiUnreachableError, stop, Log(None))  # fmt: skip
     except ContractError as err:
         if required:
             raise
@@ -173,6 +179,7 @@ def _retrying(
     stop: StopSignal,
     log: Log,
     budget_s: float = API_RETRY_BUDGET_S,
+    clock: Callable[[], float] = time.monotonic,
 ) -> T:
     """``call()``, tried again while it raises ``transient``: after 1, 2, 4, 8, then every 10 s
     (the supervisor's schedule for waiting restarts, :func:`waiting_pause`), each failure a
@@ -181,7 +188,7 @@ def _retrying(
     Raises:
         RestartRequested: SIGTERM while waiting for the next try (exit 76).
     """
-    deadline = time.monotonic() + budget_s
+    deadline = clock() + budget_s
     tries = 0
     while True:
         try:
@@ -189,7 +196,7 @@ def _retrying(
         except transient as err:
             pause = waiting_pause(1.0, tries)
             tries += 1
-            if time.monotonic() + pause > deadline:
+            if clock() + pause > deadline:
                 raise
             log.event("warning", message=f"{what} failed; next try in {pause:g} s: {err}")
             if stop.event.wait(pause):  # terminated meanwhile: no more tries

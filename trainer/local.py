@@ -30,7 +30,8 @@ from typing import Any
 
 from trainer import contract
 from trainer.checkpoints import CHECKPOINTS_SUBDIR
-from trainer.contract.flags import TrainerFlags
+from trainer.contract.flags import TrainerFlags, add_flags
+from trainer.contract.usage import OneLineParser
 from trainer.errors import (
     EXIT_API,
     EXIT_CHECKPOINT,
@@ -63,14 +64,38 @@ chief's lease): restarting cannot fix them."""
 EXIT_INTERRUPTED = 130
 
 
-def build_parser_local() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m trainer.local",
+PROG = "python -m trainer.local"
+
+
+class _HelpWithTrainerFlags(argparse.Action):
+    """``--help``: the launcher's flags, then the trainer's, which it passes to every worker
+    (the README sends a newcomer here for both)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.update(nargs=0, default=argparse.SUPPRESS)
+        super().__init__(option_strings, argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        shown = argparse.ArgumentParser(usage=argparse.SUPPRESS, add_help=False)
+        add_flags(shown.add_argument_group("trainer flags (passed to every worker; the same as "
+                                           "python -m trainer --help)"))  # fmt: skip
+        parser.print_help()
+        print()
+        print(shown.format_help().rstrip())
+        parser.exit()
+
+
+def build_parser_local() -> OneLineParser:
+    p = OneLineParser(
+        prog=PROG,
         # As the trainer's own flags: an abbreviation here would also swallow trainer flags.
         allow_abbrev=False,
+        add_help=False,
         description="Run N trainer workers on 127.0.0.1 with the pod contract environment. "
-        "Other flags are passed to every worker (python -m trainer --help).",
+        "Other flags are passed to every worker: the trainer flags below.",
     )
+    p.add_argument("-h", "--help", action=_HelpWithTrainerFlags,
+                   help="show the launcher's and the trainer's flags and exit")  # fmt: skip
     p.add_argument("--workers", type=int, default=2, help="worker processes, 1-16 (default 2)")
     p.add_argument(
         "--restarts",
@@ -168,8 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.restarts <= 100:
         build_parser_local().error(f"--restarts: must be in [0, 100]; got {args.restarts}")
     root = _checkpoint_dir(args)
-    # Exits 2 with a clear message on bad flags, before any worker starts.
-    flags = TrainerFlags.from_argv(rest, prog="python -m trainer.local [launcher flags]")
+    # Exits 2 with one line on bad flags, before any worker starts; a near miss of a launcher
+    # flag (--worker) is named too.
+    flags = TrainerFlags.from_argv(rest, prog=PROG, also_known=build_parser_local().flags)
     if "--intra-op-threads" not in " ".join(rest):
         # N processes on few cores: more threads than cores per process only adds contention.
         rest += ["--intra-op-threads", str(intra_op_threads(args.workers))]
@@ -180,7 +206,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "://" not in root:
         root = str(Path(root).resolve())
         created = not Path(root).exists()
-        Path(root).mkdir(parents=True, exist_ok=True)
+        try:
+            Path(root).mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # a path under /proc, a file in the way, no permission
+            flag = "--checkpoint-dir" if args.checkpoint_dir else "--checkpoint-root"
+            print(f"{PROG}: error: {flag}: cannot create the run's directory {root}: "
+                  f"{err.strerror or err}", file=sys.stderr)  # fmt: skip
+            return EXIT_CHECKPOINT
 
     interrupted = threading.Event()
     # One launch id for all attempts: a restarted chief takes its lease back at once, while a

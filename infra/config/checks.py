@@ -57,6 +57,7 @@ def cross_field_problems(
     environ: Mapping[str, str],
     project: str,
     stack: str,
+    building: bool = True,
 ) -> list[str]:
     """Every rule between keys that the values ``v`` (by short key, ``None``: no value) break.
 
@@ -66,6 +67,9 @@ def cross_field_problems(
         environ: the process environment (only ``DOCKER_HOST`` is read).
         project, stack: the Pulumi project and stack names (they name the checkpoint
             directory).
+        building: the caller builds or pushes the image (the program, ``tfd submit``); a
+            reader of the stack's names (``tfd status``, ``tfd runs``) skips the image's rules,
+            which ask for a Docker daemon it does not use.
     """
     out: list[str] = []
 
@@ -163,7 +167,7 @@ def cross_field_problems(
             fail("monitoringNamespace", f"must differ from namespace ({v['namespace']})", namespace)
 
     # Image: judged by image_problems (shared with infra/image.py).
-    if known(*IMAGE_KEYS.values()):
+    if building and known(*IMAGE_KEYS.values()):
         image = image_config(v)
         out += image_problems(image, push=v["clusterKind"] == "cloud")
         docker_env = environ.get("DOCKER_HOST", "")

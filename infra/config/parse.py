@@ -39,6 +39,7 @@ def parse_config(
     *,
     project: str | None = None,
     stack: str | None = None,
+    building: bool = True,
 ) -> StackConfig:
     """Validate the flat configuration and build the typed :class:`StackConfig`.
 
@@ -54,6 +55,8 @@ def parse_config(
         project, stack: the Pulumi project and stack names (default: the running program's,
             ``pulumi.get_project()`` and ``pulumi.get_stack()``); each must be a path segment
             (:data:`trainer.contract.RUN_ID`), as it names the checkpoint directory.
+        building: false for a reader of the stack that builds no image (``tfd status``): the
+            image's rules (a Docker daemon for minikube, a registry to push to) are skipped.
 
     Raises:
         ConfigError: one or more values break a rule; nothing has been registered.
@@ -67,6 +70,7 @@ def parse_config(
         environ=os.environ if environ is None else environ,
         project=project,
         stack=stack,
+        building=building,
     )
     if problems:
         raise ConfigError([hide_secrets(line, raw, secret_keys) for line in problems])

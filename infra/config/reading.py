@@ -7,7 +7,6 @@ plain text, and a stack that leaves the default Kubernetes provider enabled.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import pulumi
 
 from infra.config.errors import PROJECT, problem
 from infra.config.keys import KEYS
+from trainer.contract import did_you_mean
 
 DISABLE_DEFAULT_PROVIDERS = "pulumi:disable-default-providers"
 DISABLED_PROVIDERS = ("kubernetes",)
@@ -137,8 +137,8 @@ def _unknown_keys(raw: Mapping[str, Any], secret_keys: Collection[str]) -> list[
         if name in RENAMED_KEYS:
             hint = f"; replaced by {RENAMED_KEYS[name]}"
         else:
-            near = difflib.get_close_matches(name, sorted(KEYS), n=1, cutoff=0.75)
-            hint = f"; did you mean {PROJECT}:{near[0]}?" if near else ""
+            near = did_you_mean(name, KEYS)
+            hint = f"; did you mean {PROJECT}:{near}?" if near else ""
         shown = SECRET_SHOWN if full_key in secret_keys else raw[full_key]
         out.append(f"{full_key}: unknown key (not declared in Pulumi.yaml{hint}); got {shown!r}")
     return out

@@ -48,7 +48,7 @@ INVALID = [
         "dev",
         {P + "trainerFlags": ["--lr=0.1"]},
         "trainerFlags",
-        "unrecognized arguments: --lr=0.1",
+        "(--lr: unknown flag)",
         "--lr=0.1",
     ),
     (
@@ -634,3 +634,22 @@ def test_code_directory_reaches_the_image_config(overrides, expected):
     values, secret_keys = stack_config("dev", overrides)
     cfg = parse_config(values, secret_keys, environ={"DOCKER_HOST": "tcp://m:2376"}, stack="dev")
     assert cfg.image.code_directory == expected, f"dev + {overrides}: image.code_directory"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({}, "dockerHost"),  # dev builds into minikube's daemon: no DOCKER_HOST here
+        ({P + "clusterKind": "cloud", P + "kubeContext": "c"}, "imageRegistry"),
+    ],
+    ids=["minikube-without-its-daemon", "cloud-without-a-registry"],
+)
+def test_the_image_rules_apply_only_to_a_caller_that_builds(overrides, key):
+    """The program (and tfd submit) builds: the rule holds. A reader of the stack's names
+    (tfd status, tfd runs) builds nothing: the same config reads."""
+    values, secret_keys = stack_config("dev", overrides)
+    with pytest.raises(ConfigError) as info:
+        parse_config(values, secret_keys, environ={}, stack="dev")
+    assert any(p.startswith(f"tf-distributed:{key}: ") for p in info.value.problems), info.value
+    cfg = parse_config(values, secret_keys, environ={}, stack="dev", building=False)
+    assert (cfg.namespace, cfg.statefulset_name) == ("tfd-dev", "tfd-worker")

@@ -388,7 +388,7 @@ def test_submit_leaves_up_alone_while_only_the_earlier_templates_workers_fail(
     assert cluster.writes == deleted, cluster.writes  # once, however often it is seen
 
 
-def _until(done: Any, timeout: float = 10) -> bool:
+def _until(done: Any, timeout: float = 60) -> bool:
     """False once ``done()`` (the up was not cancelled); fails after ``timeout``."""
     deadline = time.monotonic() + timeout
     while not done():

@@ -53,7 +53,7 @@ def test_follow_prints_each_line_once_across_a_restart() -> None:
     follower = follow.Follower(cluster, lines.append, worker=None, since_s=600, as_json=False)
     runner = threading.Thread(target=follower.run, daemon=True)
     runner.start()
-    assert cluster.done.wait(10), "the follower did not reopen the stream"
+    assert cluster.done.wait(60), "the follower did not reopen the stream"
     follower.stopped.set()
     runner.join(10)
     assert lines == ["[worker 0] line a", "[worker 0] line b", "[worker 0] line c after restart"]

@@ -11,8 +11,11 @@ import pytest
 from pulumi import automation as auto
 
 from infra.config import MINIKUBE_CONTEXT
+from tests.tfd.test_settings import ROOT, current
+from tfd import settings
+from tfd.errors import StackError, UsageError
 from tfd.kube import Access
-from tfd.stack import StackHandle
+from tfd.stack import PULUMI_MISSING, StackHandle, Target
 
 
 def handle(**config: str) -> StackHandle:
@@ -71,7 +74,7 @@ def test_cancel_update_interrupts_this_processs_pulumi_up_only(tmp_path: Path) -
         for proc in (up, preview):  # each has installed its handler
             assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
         assert StackHandle.cancel_update(None) is True  # type: ignore[arg-type]
-        assert up.wait(10) == 42, "pulumi up was not interrupted"
+        assert up.wait(60) == 42, "pulumi up was not interrupted"
         assert preview.poll() is None, "a pulumi that is not an up was interrupted"
     finally:
         for proc in (up, preview):
@@ -93,3 +96,29 @@ def test_restore_puts_the_settings_file_back_byte_for_byte(tmp_path: Path, befor
     after = path.read_bytes() if path.exists() else None
     assert after == before, f"{path.name}: {after!r} after restore, {before!r} before"
     assert h._config is None, "the config read before the change is still cached"
+
+
+def test_a_read_only_command_finds_its_names_without_minikubes_docker_daemon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``tfd status``/``tfd runs`` before the first ``up`` ended: the names from the dev
+    stack's config, whose image rules (minikube's Docker daemon) are for ``tfd submit``."""
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    h = StackHandle.__new__(StackHandle)
+    h.name, h.project_dir, h._config = "dev", ROOT, current("dev")
+    monkeypatch.setattr(h, "outputs", lambda: {})
+    assert h.target() == Target("tfd-dev", "tfd-worker")
+    raw, secret_keys = settings.merged(settings.project_values(ROOT), h.config(), {})
+    with pytest.raises(UsageError, match="tf-distributed:dockerHost: a minikube stack"):
+        settings.validate(raw, secret_keys, stack="dev")  # what submit checks
+
+
+def test_without_the_pulumi_cli_tfd_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no pulumi there
+    with pytest.raises(StackError) as info:
+        StackHandle("dev", ROOT)
+    assert str(info.value) == PULUMI_MISSING
+    assert "curl -fsSL https://get.pulumi.com | sh" in PULUMI_MISSING
+    assert "https://www.pulumi.com/docs/install/" in PULUMI_MISSING

@@ -32,7 +32,8 @@ def test_parse_args_reads_the_flags_definition(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as info:
         cli.parse_args(["--epoch", "5"])
     assert info.value.code == EXIT_USAGE
-    assert "unrecognized arguments: --epoch 5" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == "python -m trainer: error: --epoch: unknown flag; did you mean --epochs?\n", err
 
 
 CORRUPT_STATE = "corrupt-state"

@@ -148,7 +148,7 @@ def test_scale_to_zero_after_the_final_model(api: FakeApi, tmp_path: Path):
         assert patch.path.endswith("/statefulsets/tfd-worker/scale")
         assert patch.body == {"spec": {"replicas": 0}}
         worker = cluster.procs[0]
-        until(lambda: worker.events("idle"), 30, "the wait after scaling")
+        until(lambda: worker.events("idle"), 60, "the wait after scaling")
         # Waiting is a blocked Event.wait: the trainer (the supervisor's child) uses no CPU.
         child = int(worker.events("start")[0]["pid"])
         used = _cpu_seconds(child)
@@ -156,7 +156,7 @@ def test_scale_to_zero_after_the_final_model(api: FakeApi, tmp_path: Path):
         assert _cpu_seconds(child) - used < 0.2, "a finished worker keeps computing"
     finally:
         cluster.terminate()
-    assert cluster.wait(timeout_s=30) == [EXIT_OK], cluster.procs[0].lines[-10:]
+    assert cluster.wait(timeout_s=60) == [EXIT_OK], cluster.procs[0].lines[-10:]
     names = _names(cluster.procs[0].events())
     assert names[-4:] == ["done", "scaled_to_zero", "idle", "supervisor_exit"], names
 

@@ -27,7 +27,12 @@ SUMMARY_KEYS = {"workers", "final_step", "loss", "accuracy", "examples_per_sec",
         (["--restarts", "-1"], "--restarts: must be in [0, 100]"),
         (["--epochs", "zero"], "--epochs: must be an integer in [1, 100000]"),
         (["--eval-split", "0.1", "--eval-dataset", "e.npz"], "--eval-split: must be 0 when"),
-        (["--work", "2"], "unrecognized arguments: --work 2"),
+        (["--work", "2"], "--work: unknown flag"),
+        (["--worker", "2"], "--worker: unknown flag; did you mean --workers?"),
+        (["--epoch", "2"], "--epoch: unknown flag; did you mean --epochs?"),
+        (["--data", "x.npz"], "--data: unknown flag; did you mean --dataset?"),
+        (["--epochs", "0"], "--epochs: must be an integer in [1, 100000]; got '0'"),
+        (["--model", "/x/m.py:build"], "--model: must be 'module:function' with an importable"),
         (["--run-id", "a", "--checkpoint-dir", "/tmp/x"], "--run-id: give --run-id or"),
         (["--run-id=a_"], "--run-id: must be 1-63 letters"),
         (["--checkpoint-dir", "/tmp/a b"], "got 'a b'"),
@@ -41,8 +46,46 @@ def test_bad_flags_start_nothing(argv: list[str], match: str, capsys: pytest.Cap
         local.main(argv)
     assert info.value.code == EXIT_USAGE
     captured = capsys.readouterr()
-    assert match in captured.err
+    # One line: the usage block is for --help.
+    assert captured.err.startswith("python -m trainer.local: error: "), captured.err
+    assert match in captured.err and len(captured.err.splitlines()) == 1, captured.err
     assert "[launcher] starting" not in captured.out
+
+
+@pytest.mark.parametrize(
+    ("flag", "path"),
+    [
+        ("--checkpoint-dir", "/proc/forbidden"),
+        ("--checkpoint-dir", "{file}/run-1"),
+        ("--checkpoint-root", "{file}"),
+    ],
+    ids=["under-proc", "under-a-file", "root-is-a-file"],
+)
+def test_a_run_directory_that_cannot_be_made_is_one_line(
+    flag: str, path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Exit 5 (as the trainer's unwritable run directory), no traceback, nothing started."""
+    file = tmp_path / "a-file"
+    file.write_text("")
+    path = path.format(file=file)
+    assert local.main([flag, path, "--workers", "1"]) == errors.EXIT_CHECKPOINT
+    captured = capsys.readouterr()
+    root = path if flag == "--checkpoint-dir" else f"{path}/"
+    assert captured.err.startswith(
+        f"python -m trainer.local: error: {flag}: cannot create the run's directory {root}"
+    ), captured.err
+    assert len(captured.err.splitlines()) == 1, captured.err
+    assert captured.out == "", captured.out
+
+
+def test_help_lists_the_trainer_flags_too(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as info:
+        local.main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--workers WORKERS" in out and "trainer flags (passed to every worker" in out, out
+    for name in contract.TrainerFlags.__dataclass_fields__:
+        assert contract.flag_name(name) in out, f"{contract.flag_name(name)} not in the help"
 
 
 def test_run_id_is_the_checkpoint_directory(tmp_path: Path):

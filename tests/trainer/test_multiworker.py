@@ -172,7 +172,7 @@ def test_done_marker_means_no_training(trained: dict[str, Any]):
     assert values[contract.METRIC_COMPLETED] == 1
     assert _http(port, contract.LIVENESS_PATH)[0] == 200
     cluster.terminate()
-    assert cluster.wait(timeout_s=30) == [0, 0]
+    assert cluster.wait(timeout_s=60) == [0, 0]
     for proc in cluster.procs:
         assert not proc.events("start"), f"worker-{proc.index} trained again"
         assert proc.events("done"), f"worker-{proc.index} did not report completion"
@@ -184,10 +184,13 @@ def test_kill_9_then_resume(trained: dict[str, Any], tmp_path: Path):
     reached = _last_step(cluster)
     killed_at = time.time()
     cluster.procs[1].proc.kill()
-    codes = cluster.wait(kill_on_failure=False, timeout_s=30)
+    codes = cluster.wait(kill_on_failure=False, timeout_s=60)
     survivor = cluster.procs[0]
     assert codes[0] != 0, "the survivor exited 0 after its peer was killed"
-    assert survivor.exit_time - killed_at <= 10, f"survivor took {survivor.exit_time - killed_at}s"
+    # The 3 s heartbeat finds the loss (no collective timeout); the rest is a loaded machine's
+    # slack, far below the 60 s a wait without detection would take.
+    took = survivor.exit_time - killed_at
+    assert took <= 30, f"survivor took {took:.1f} s"
 
     again = _start(tmp_path, "--on-done", "exit")
     assert again.wait(timeout_s=180) == [0, 0], again.procs[0].lines[-20:]
@@ -289,7 +292,8 @@ def test_sigterm_while_the_cluster_forms(tmp_path: Path, peer: str):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == EXIT_RESTART, err[-2000:]
-    assert elapsed < 5, f"exit {elapsed:.1f} s after SIGTERM"
+    # Well before the 60 s forming timeout, with room for a loaded machine.
+    assert elapsed < 30, f"exit {elapsed:.1f} s after SIGTERM: it waited for the timeout"
     last = err.strip().splitlines()[-1]
     assert last.startswith("trainer: error: stopped (SIGTERM) while the cluster was forming: "), (
         last

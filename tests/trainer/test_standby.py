@@ -49,6 +49,23 @@ def _started_at(pid: int) -> float:
     return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
+def _until_a_standby_runs(launcher: int, timeout_s: float = 120) -> None:
+    """Wait until the launcher has a ``trainer.standby`` child (started once the workers
+    train), however long a loaded machine takes to start it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
+            except (OSError, ValueError, IndexError):  # the process ended meanwhile
+                continue
+            if parent == launcher and standby.MODULE.encode() in cmdline:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"no {standby.MODULE} child of the launcher within {timeout_s} s")
+
+
 @pytest.mark.slow
 def test_a_restarted_worker_runs_in_a_standby_started_before_the_restart(tmp_path: Path):
     """SIGTERM restarts the job; the second attempt's worker is a process that existed (with
@@ -74,7 +91,7 @@ def test_a_restarted_worker_runs_in_a_standby_started_before_the_restart(tmp_pat
             pid = json.loads(line.split("] ", 1)[1])["pid"]
             starts.append((pid, _started_at(pid)))
         if '"event": "progress"' in line and len(starts) == 1 and restart_t is None:
-            time.sleep(3)  # long enough for the standby to be started after the first step
+            _until_a_standby_runs(proc.pid)  # a fixed 3 s was too short on a loaded machine
             os.kill(starts[0][0], signal.SIGTERM)
             restart_t = -1.0
     assert proc.wait(timeout=120) == 0, "".join(lines[-30:])

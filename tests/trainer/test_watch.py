@@ -77,7 +77,7 @@ def test_watch_thread_survives_a_failed_read_then_stops_at_a_rollout():
     ]
     watch, stream = _watch("api", "rev-a", reads)
     watch.start()
-    assert watch.rollout.wait(10), stream.getvalue()
+    assert watch.rollout.wait(60), stream.getvalue()
     assert not watch.world_changed.is_set()
     messages = [json.loads(x)["message"] for x in stream.getvalue().splitlines()]
     assert messages[0] == "StatefulSet check failed: GET http://x: HTTP 500", messages
@@ -95,7 +95,7 @@ def test_watch_thread_survives_any_error():
     ]
     watch, stream = _watch("api", "rev-a", reads)
     watch.start()
-    assert watch.rollout.wait(10), stream.getvalue()
+    assert watch.rollout.wait(60), stream.getvalue()
     messages = [json.loads(x)["message"] for x in stream.getvalue().splitlines()]
     assert messages[:2] == [
         "StatefulSet check failed: IncompleteRead(1 bytes read, 10 more expected)",

@@ -11,7 +11,8 @@ same definitions. Split by concern:
 - :mod:`~trainer.contract.env`: the pod environment (variable names, ports, paths, entrypoint);
 - :mod:`~trainer.contract.cluster`: the cluster spec and ``TF_CONFIG`` derived from it;
 - :mod:`~trainer.contract.api`: the Kubernetes API calls the trainer makes (the Role's rules);
-- :mod:`~trainer.contract.metrics`: the Prometheus metric names it exports.
+- :mod:`~trainer.contract.metrics`: the Prometheus metric names it exports;
+- :mod:`~trainer.contract.usage`: command-line mistakes as one line, with the near miss.
 
 Every public name of these modules is also a name of the package (``contract.ENV_POD_NAME``,
 ``contract.TrainerFlags``), so users need not know the split.
@@ -23,3 +24,4 @@ from trainer.contract.env import *  # noqa: F403
 from trainer.contract.flags import *  # noqa: F403
 from trainer.contract.metrics import *  # noqa: F403
 from trainer.contract.rules import *  # noqa: F403
+from trainer.contract.usage import *  # noqa: F403

@@ -18,21 +18,31 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
+from trainer.contract.env import ENV_CHECKPOINT_DIR
 from trainer.contract.rules import (
     COLLECTIVE_TIMEOUT,
     COLLECTIVES,
     HEARTBEAT_TIMEOUT,
     LR_SCALING,
+    MODULE_FUNCTION,
     ON_DONE_IDLE,
     ON_DONE_MODES,
     PRECISIONS,
     STRATEGIES,
     Interval,
+    ModuleFunction,
     storage_problem,
 )
+from trainer.contract.usage import OneLineParser
 from trainer.errors import UsageError
 
 PROG = "python -m trainer"
+ELSEWHERE = {
+    "--checkpoint-dir": f"the run's directory comes from {ENV_CHECKPOINT_DIR} "
+    "(python -m trainer.local --checkpoint-dir sets it)",
+}
+"""Flags a newcomer tries that are set another way (the near miss, --checkpoint-every, would
+mislead)."""
 DESCRIPTION = "Multi-worker TensorFlow training of one StatefulSet pod (or local process)."
 
 # Bounds of the flags the stack also sets (its keys read them from here). The upper bounds are
@@ -50,27 +60,6 @@ LEARNING_RATE = Interval(0, 10, integer=False, lo_open=True)
 EVAL_SPLIT = Interval(0, 0.5, integer=False)
 
 
-@dataclass(frozen=True)
-class ModuleFunction:
-    """``module:function`` naming a Python callable; empty: the built-in one."""
-
-    text: str = "'module:function'"
-
-    def contains(self, value: object) -> bool:
-        if not isinstance(value, str):
-            return False
-        if not value:
-            return True
-        module, sep, func = value.partition(":")
-        return bool(sep and module and func.isidentifier())
-
-    def parse(self, text: str) -> str:
-        if not self.contains(text):
-            raise ValueError(self.text)
-        return text
-
-
-MODULE_FUNCTION = ModuleFunction()
 Rule = Interval | ModuleFunction
 
 
@@ -368,14 +357,17 @@ class TrainerFlags:
         return argv
 
     @classmethod
-    def from_argv(cls, argv: Sequence[str] | None = None, prog: str = PROG) -> TrainerFlags:
+    def from_argv(
+        cls, argv: Sequence[str] | None = None, prog: str = PROG, also_known: Collection[str] = ()
+    ) -> TrainerFlags:
         """Parse a command line (``None``: ``sys.argv[1:]``) into validated flags.
 
-        Like argparse, prints the problem (``<prog>: error: --<flag>: ...``) and exits 2
-        (``EXIT_USAGE``) on a bad or unknown flag. Abbreviations are refused: ``--epoch 2``
-        is an unknown flag, not ``--epochs``.
+        Prints the problem on one line (``<prog>: error: --<flag>: ...``, no usage block) and
+        exits 2 (``EXIT_USAGE``) on a bad or unknown flag; an unknown one names the closest of
+        the trainer's flags and ``also_known`` (``did you mean --epochs?``). Abbreviations are
+        refused: ``--epoch 2`` is an unknown flag, not ``--epochs``.
         """
-        parser = build_parser(prog)
+        parser = build_parser(prog, also_known)
         ns = parser.parse_args(argv)
         try:
             return cls(**vars(ns))
@@ -409,13 +401,27 @@ def _argument_type(rule: Rule) -> Callable[[str], Any]:
     return parse
 
 
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    """The argparse parser of :class:`TrainerFlags`: one argument per field.
+def build_parser(prog: str = PROG, also_known: Collection[str] = ()) -> OneLineParser:
+    """The argparse parser of :class:`TrainerFlags`: one argument per field, errors on one
+    line (:class:`~trainer.contract.usage.OneLineParser`).
 
     ``allow_abbrev=False``: an abbreviation would make any new flag that shares its prefix
     change the meaning of existing command lines.
     """
-    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, allow_abbrev=False)
+    parser = OneLineParser(
+        prog=prog,
+        description=DESCRIPTION,
+        allow_abbrev=False,
+        also_known=also_known,
+        elsewhere=ELSEWHERE,
+    )
+    add_flags(parser)
+    return parser
+
+
+def add_flags(parser: Any) -> None:
+    """One argument per :class:`TrainerFlags` field on ``parser`` (or a group of another
+    parser's help: the launcher lists them)."""
     for f in fields(TrainerFlags):
         spec = spec_of(f)
         kind = _types()[f.name]
@@ -430,4 +436,3 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         elif spec.rule is not None:
             options["type"] = _argument_type(spec.rule)
         parser.add_argument(flag_name(f.name), **options)
-    return parser

@@ -8,8 +8,10 @@ rules it kept and why.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -153,6 +155,42 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 """RFC 1123 label: names of StatefulSets, Services and namespaces."""
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 """RFC 1123 subdomain: cluster domains, StorageClass names."""
+
+
+def did_you_mean(name: str, known: Iterable[str], cutoff: float = 0.75) -> str:
+    """The known name closest to a mistyped ``name`` (``--epoch`` -> ``--epochs``), or ``""``
+    when none is close: the hint of every unknown flag and stack key."""
+    near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
+    return near[0] if near else ""
+
+
+@dataclass(frozen=True)
+class ModuleFunction:
+    """``module:function`` naming a Python callable; empty: the built-in one. The module is a
+    dotted name to import, never a file path (``/x/m.py:build`` failed only at the import, in
+    every worker, after TensorFlow's start-up)."""
+
+    text: str = "'module:function' with an importable module (my_model:build for ./my_model.py)"
+
+    def contains(self, value: object) -> bool:
+        if not isinstance(value, str):
+            return False
+        if not value:
+            return True
+        module, sep, func = value.partition(":")
+        parts = module.split(".")
+        return (
+            bool(sep and func.isidentifier() and all(p.isidentifier() for p in parts))
+            and parts[-1] != "py"
+        )
+
+    def parse(self, text: str) -> str:
+        if not self.contains(text):
+            raise ValueError(self.text)
+        return text
+
+
+MODULE_FUNCTION = ModuleFunction()
 
 
 STORAGE_SCHEMES = ("gs",)

@@ -107,6 +107,8 @@ def test_whole_seconds_become_floats():
     assert isinstance(flags.collective_timeout, float)
 
 
+MODULE = "'module:function' with an importable module (my_model:build for ./my_model.py)"
+
 # (field, value, message): each rule at its bounds, named by flag, rule and value.
 INVALID = [
     ("epochs", 0, "--epochs: must be an integer in [1, 100000]; got 0"),
@@ -143,8 +145,10 @@ INVALID = [
     ("eval_split", 0.51, "--eval-split: must be a number in [0, 0.5]; got 0.51"),
     ("cpu_devices", 65, "--cpu-devices: must be an integer in [1, 64]; got 65"),
     ("seed", -1, "--seed: must be an integer >= 0; got -1"),
-    ("model", "nomodule", "--model: must be 'module:function'; got 'nomodule'"),
-    ("loss", "m:not-an-identifier", "--loss: must be 'module:function'; got 'm:not-an-identifier'"),
+    ("model", "nomodule", "--model: must be " + MODULE + "; got 'nomodule'"),
+    ("model", "/x/m.py:build", "--model: must be " + MODULE + "; got '/x/m.py:build'"),
+    ("model", "m.py:build", "--model: must be " + MODULE + "; got 'm.py:build'"),
+    ("loss", "m:not-an-identifier", "--loss: must be " + MODULE + "; got 'm:not-an-identifier'"),
     ("collective", "mpi", "--collective: must be one of auto, ring, nccl; got 'mpi'"),
     ("on_done", "scale", "--on-done: must be one of scale-to-zero, idle, exit; got 'scale'"),
     ("precision", "fp8", "--precision: must be one of auto, fp32, bf16, fp16; got 'fp8'"),
@@ -208,7 +212,8 @@ def test_defaults():
             ["--heartbeat-timeout", "soon"],
             r"--heartbeat-timeout: must be a number of seconds in \(0, 86400\); got 'soon'",
         ),
-        (["--model", "nomodule"], r"--model: must be 'module:function'; got 'nomodule'"),
+        (["--model", "nomodule"], r"--model: must be 'module:function' with an importable "),
+        (["--model", "models/m.py:build"], r"--model: must be .*; got 'models/m.py:build'"),
         (["--on-done", "sleep"], r"--on-done: invalid choice"),
         (
             ["--on-done", "scale"],
@@ -216,7 +221,12 @@ def test_defaults():
             r"'scale-to-zero', 'idle', 'exit'\)",
         ),
         (["--learning-rate", "0"], r"--learning-rate: must be a number in \(0, 10\]"),
-        (["--checkpoint-dir", "/x"], r"unrecognized arguments: --checkpoint-dir"),
+        # Not --checkpoint-every, the near miss: where the directory comes from.
+        (
+            ["--checkpoint-dir", "/x"],
+            r"error: --checkpoint-dir: unknown flag; the run's directory comes from "
+            r"TFD_CHECKPOINT_DIR \(python -m trainer.local --checkpoint-dir sets it\)$",
+        ),
         (["--cpu-devices", "0"], r"--cpu-devices: must be an integer in \[1, 64\]; got '0'"),
         (["--eval-split", "0.9"], r"--eval-split: must be a number in \[0, 0.5\]; got '0.9'"),
         (
@@ -226,17 +236,29 @@ def test_defaults():
         (["--learning-rate-scaling", "sqrt"], r"--learning-rate-scaling: invalid choice"),
         (["--precision", "fp8"], r"--precision: invalid choice: 'fp8'"),
         (["--strategy", "parameter-server"], r"--strategy: invalid choice"),
-        # No abbreviations: a new flag sharing a prefix must not change old command lines.
-        (["--epoch", "2"], r"unrecognized arguments: --epoch 2"),
-        (["--heartbeat", "3"], r"unrecognized arguments: --heartbeat 3"),
+        # No abbreviations: a new flag sharing a prefix must not change old command lines;
+        # a near miss is named.
+        (["--epoch", "2"], r"error: --epoch: unknown flag; did you mean --epochs\?$"),
+        (["--data", "x.npz"], r"error: --data: unknown flag; did you mean --dataset\?$"),
+        (["--heartbeat", "3"], r"error: --heartbeat: unknown flag$"),
+        (["--epoch=2", "--jitt"], r"--epoch: unknown .*--epochs\?; --jitt: unknown .*--jit\?$"),
+        (["x.npz"], r"error: x.npz: unexpected argument \(flags are --name value\)$"),
     ],
 )
 def test_bad_command_lines(argv: list[str], match: str, capsys: pytest.CaptureFixture[str]):
+    """One line, ``python -m trainer: error: ...``: no usage block (31 lines), which is for
+    --help."""
     with pytest.raises(SystemExit) as info:
         TrainerFlags.from_argv(argv)
     assert info.value.code == EXIT_USAGE
     err = capsys.readouterr().err
-    assert re.search(match, err), err
+    assert len(err.splitlines()) == 1 and err.startswith("python -m trainer: error: "), err
+    assert re.search(match, err.strip()), err
+
+
+@pytest.mark.parametrize("module", ["my_model:build", "pkg.models.cnn:build", ""])
+def test_a_model_is_an_importable_module_and_a_function(module: str):
+    assert TrainerFlags(model=module).model == module
 
 
 def test_every_field_is_a_documented_flag():
