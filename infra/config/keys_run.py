@@ -141,8 +141,8 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             "precision",
             Choice(PRECISIONS),
             FLAGS.precision,
-            "--precision: 'auto' (bf16 where the hardware has it natively: GPUs of compute "
-            "capability >= 8.0, CPUs with AVX512-BF16/AMX; else fp32), 'fp32', 'bf16' (refused "
+            "--precision: 'auto' (bf16 where it is known faster: GPUs of compute capability "
+            ">= 8.0, CPUs with AMX; else fp32), 'fp32', 'bf16' (refused "
             "by the trainer on hardware without native bfloat16) or 'fp16' (with loss scaling; "
             "needs gpusPerWorker >= 1). Checkpoints restore across a change.",
         ),

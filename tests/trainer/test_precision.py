@@ -28,7 +28,8 @@ GPU_P100 = Hardware(frozenset({"avx512_bf16"}), ((6, 0),))  # GPUs decide, not t
     ("hw", "requested", "expected"),
     [
         (CPU_PLAIN, "auto", "fp32"),
-        (CPU_AVX512_BF16, "auto", "bf16"),
+        (CPU_AVX512_BF16, "auto", "fp32"),  # native, but not faster across models
+        (CPU_AVX512_BF16, "bf16", "bf16"),
         (CPU_AMX, "auto", "bf16"),
         (GPU_V100, "auto", "fp32"),  # auto never picks fp16 (loss scaling, unmeasured)
         (GPU_A100, "auto", "bf16"),
@@ -116,6 +117,21 @@ def test_allow_emulated_runs_anyway_and_says_so(hw: Hardware, requested: str):
 )
 def test_cpu_flags(cpuinfo: str, expected: set[str]):
     assert precision.cpu_flags(cpuinfo) == frozenset(expected)
+
+
+@pytest.mark.parametrize(
+    ("hw", "reason"),
+    [
+        (CPU_PLAIN, "auto: bf16 is not native here (emulated)"),
+        (CPU_AVX512_BF16, "auto: the CPU has avx512_bf16 but no AMX"),
+        (CPU_AMX, "auto: the CPU has AMX (amx_bf16)"),
+        (GPU_A100, "auto: every GPU has compute capability >= 8.0"),
+        (GPU_MIXED, "auto: a GPU below compute capability 8.0"),
+    ],
+)
+def test_auto_says_why(hw: Hardware, reason: str):
+    got = precision.resolve("auto", hw).reason
+    assert got.startswith(reason), f"auto on {hw.describe()}: {got}"
 
 
 def test_detect_sees_this_machine():
