@@ -185,7 +185,8 @@ INVALID = [
         "'key[=value]:Effect'",
         "'nvidia.com/gpu:Sometimes'",
     ),
-    ("prod", {P + "gpuNodeSelector": ["gpu"]}, "gpuNodeSelector", "'key=value'", "'gpu'"),
+    ("prod", {P + "gpuNodeSelector": ["gpu=a b"]}, "gpuNodeSelector", "'key=value'", "'gpu=a b'"),
+    ("prod", {P + "gpuNodeSelector": ["=gpu"]}, "gpuNodeSelector", "or 'key' alone", "'=gpu'"),
     (
         "dev",
         {P + "checkpointUri": "http://bucket/ckpt"},
