@@ -34,7 +34,14 @@ import pulumi
 import pulumi_docker as docker
 
 from infra.component import Component
-from infra.config import CLUSTER_KINDS, PROJECT, ConfigError, ImageConfig, image_problems
+from infra.config import (
+    CLUSTER_KINDS,
+    PROJECT,
+    ConfigError,
+    ImageConfig,
+    image_problems,
+    is_cloud,
+)
 from infra.config.image import CODE_TAG_SUFFIX
 from infra.config.kinds import PROJECT_DIR
 from trainer import contract
@@ -153,7 +160,8 @@ def image_args(cfg: ImageConfig, *, gpu: bool, cluster_kind: str) -> TrainerImag
         cfg: the stack's image configuration (:class:`infra.config.ImageConfig`).
         gpu: add TensorFlow's CUDA wheels (``tensorflow[and-cuda]``) to the base image.
         cluster_kind: ``minikube`` (build into the cluster's Docker daemon, no push, pull policy
-            ``Never``) or ``cloud`` (push to ``cfg.registry``, pull by digest).
+            ``Never``) or any cloud kind, ``cloud``, ``gke``, ``eks``, ``aks`` (push to
+            ``cfg.registry``, pull by digest).
 
     Raises:
         ConfigError: one line per problem (unknown cluster kind, and every rule of
@@ -167,8 +175,8 @@ def image_args(cfg: ImageConfig, *, gpu: bool, cluster_kind: str) -> TrainerImag
             f"{PROJECT}:clusterKind: must be one of {', '.join(CLUSTER_KINDS)}; "
             f"got {cluster_kind!r}"
         )
-    push = cluster_kind == "cloud"
-    problems += image_problems(cfg, push=push)
+    push = is_cloud(cluster_kind)
+    problems += image_problems(cfg, push=push, cluster_kind=cluster_kind)
     if problems:
         raise ConfigError(problems)
 
@@ -228,8 +236,8 @@ def prebuilt_image(cfg: ImageConfig, *, cluster_kind: str) -> PrebuiltImage | No
     """
     if cfg.reference is None:
         return None
-    cloud = cluster_kind == "cloud"
-    problems = image_problems(cfg, push=cloud)
+    cloud = is_cloud(cluster_kind)
+    problems = image_problems(cfg, push=cloud, cluster_kind=cluster_kind)
     if problems:
         raise ConfigError(problems)
     return PrebuiltImage(

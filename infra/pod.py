@@ -338,6 +338,34 @@ def trainer_container(
     )
 
 
+def gpu_node_selector(w: WorkerConfig) -> dict[str, str]:
+    """The ``key=value`` entries of ``gpuNodeSelector`` (GPU workers only)."""
+    if w.gpus == 0:
+        return {}
+    return {k: v for k, v in w.gpu_node_selector if v is not None}
+
+
+def gpu_node_affinity(w: WorkerConfig) -> k8s.core.v1.AffinityArgs | None:
+    """The bare ``key`` entries of ``gpuNodeSelector`` as required node affinity, operator
+    ``Exists``: a cloud's accelerator label names the GPU model (nvidia-l4, ...), so only its
+    presence marks every GPU node."""
+    keys = [k for k, v in w.gpu_node_selector if v is None] if w.gpus else []
+    if not keys:
+        return None
+    term = k8s.core.v1.NodeSelectorTermArgs(
+        match_expressions=[
+            k8s.core.v1.NodeSelectorRequirementArgs(key=k, operator="Exists") for k in keys
+        ]
+    )
+    return k8s.core.v1.AffinityArgs(
+        node_affinity=k8s.core.v1.NodeAffinityArgs(
+            required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(
+                node_selector_terms=[term]
+            )
+        )
+    )
+
+
 def pod_template(p: PodArgs) -> k8s.core.v1.PodTemplateSpecArgs:
     """The StatefulSet's pod template."""
     w = p.workers
@@ -356,7 +384,8 @@ def pod_template(p: PodArgs) -> k8s.core.v1.PodTemplateSpecArgs:
             security_context=pod_security_context(),
             containers=[trainer_container(p, mounts)],
             volumes=vols,
-            node_selector=dict(w.gpu_node_selector) if gpu and w.gpu_node_selector else None,
+            node_selector=gpu_node_selector(w) or None,
+            affinity=gpu_node_affinity(w),
             # Toleration.manifest()'s keys are one word each: the same in both spellings.
             tolerations=[k8s.core.v1.TolerationArgs(**t.manifest()) for t in w.gpu_tolerations]
             if gpu and w.gpu_tolerations

@@ -114,7 +114,7 @@ class WorkersArgs:
             pod=PodArgs.from_config(cfg, image, pull_policy, image_id),
             storage=cfg.storage,
             retain_claim=cfg.retains_checkpoint_claim,
-            cloud=cfg.cluster.kind == "cloud",
+            cloud=cfg.cluster.is_cloud,
             run_target=run_target(cfg),
             provenance={
                 contract.SOURCE_COMMIT_ANNOTATION: source_commit,

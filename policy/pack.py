@@ -18,6 +18,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from infra.config.clouds import CLUSTER_KINDS
 from policy import rules
 from policy.facts import stack_facts
 
@@ -81,10 +82,11 @@ def validate_retention(args: StackValidationArgs, report: ReportViolation) -> No
 
 # The stack settings a policy reads can also come from policy-pack config (same short keys).
 _FACTS_SCHEMA: Mapping[str, Any] = {
-    "clusterKind": {"type": "string", "enum": ["minikube", "cloud"]},
+    "clusterKind": {"type": "string", "enum": list(CLUSTER_KINDS)},
     "checkpointRetention": {"type": "string", "enum": ["Retain", "Delete"]},
     "checkpointUri": {"type": "string"},
     "gpuResourceName": {"type": "string"},
+    "gpuNodeSelector": {"type": "array", "items": {"type": "string"}},
     "gpuTolerations": {"type": "array", "items": {"type": "string"}},
     "namespace": {"type": "string"},
     "namespaceMode": {"type": "string", "enum": ["create", "existing"]},
@@ -101,7 +103,8 @@ RESOURCE_POLICIES: dict[str, tuple[str, Callable[..., None]]] = {
         validate_containers,
     ),
     "gpu-scheduling": (
-        "GPU workloads carry GPU limits and tolerate the GPU node taint.",
+        "GPU workloads carry GPU limits and a way onto GPU nodes: they select GPU nodes by "
+        "label and tolerate the configured (or the cloud's) GPU taints.",
         validate_gpu,
     ),
     "rbac-least-privilege": (

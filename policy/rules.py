@@ -125,7 +125,7 @@ def check_images(kind: str, props: Mapping[str, Any], facts: StackFacts) -> list
     spec = pod_spec(kind, props)
     if spec is None:
         return []
-    cloud = facts.cluster_kind == "cloud"
+    cloud = facts.cloud
     out = []
     for label, c in containers(spec):
         problem = image_problem(str(_get(c, "image") or ""), cloud)
@@ -214,21 +214,65 @@ def check_gpu(kind: str, props: Mapping[str, Any], facts: StackFacts) -> list[st
                     f"fix: resources.limits['{name}'] (tf-distributed:gpusPerWorker)"
                 )
     if uses_gpu:
-        tolerated = {str(_get(t, "key")) for t in _items(spec.get("tolerations"))}
-        tolerated |= (
-            {"*"}
-            if any(
-                _get(t, "operator") == "Exists" and not _get(t, "key")
-                for t in _items(spec.get("tolerations"))
-            )
-            else set()
+        out += [f"{describe(kind, props)}: {why}" for why in _gpu_placement_problems(spec, facts)]
+    return out
+
+
+def _selected_labels(spec: Mapping[str, Any]) -> tuple[bool, set[str]]:
+    """Whether a pod spec constrains its nodes at all (``nodeSelector`` or required node
+    affinity), and the node label keys it requires: the ``nodeSelector`` keys and those its
+    required node affinity matches with ``In`` or ``Exists`` in every term (the terms are
+    alternatives: a key in some of them is no requirement)."""
+    keys = {str(k) for k in (spec.get("nodeSelector") or {})}
+    terms = _items(
+        _get(
+            spec,
+            "affinity",
+            "nodeAffinity",
+            "requiredDuringSchedulingIgnoredDuringExecution",
+            "nodeSelectorTerms",
         )
-        for key in facts.gpu_taint_keys:
-            if key not in tolerated and "*" not in tolerated:
-                out.append(
-                    f"{describe(kind, props)}: uses GPUs but does not tolerate the GPU taint "
-                    f"'{key}'; fix: tf-distributed:gpuTolerations, e.g. '{key}=present:NoSchedule'"
-                )
+    )
+    per_term = [
+        {
+            str(_get(e, "key"))
+            for e in _items(_get(t, "matchExpressions"))
+            if _get(e, "operator") in ("In", "Exists")
+        }
+        for t in terms
+    ]
+    constrained = bool(keys) or any(per_term)
+    return constrained, keys | (set.intersection(*per_term) if per_term else set())
+
+
+def _gpu_placement_problems(spec: Mapping[str, Any], facts: StackFacts) -> list[str]:
+    """A GPU pod has a way onto a GPU node: it selects GPU nodes by label (the configured or
+    the cloud's keys, else any) and tolerates the configured or the cloud's GPU taints. No
+    taint is demanded that nothing configures: AKS, for one, taints no GPU pool."""
+    out = []
+    constrained, selected = _selected_labels(spec)
+    if not constrained:
+        out.append(
+            "uses GPUs but has no way onto a GPU node (no nodeSelector or required node "
+            "affinity); fix: tf-distributed:gpuNodeSelector (the GPU nodes' label, "
+            "e.g. 'kubernetes.azure.com/accelerator=nvidia'), or a clusterKind naming the cloud"
+        )
+    for key in facts.gpu_label_keys:
+        if constrained and key not in selected:
+            out.append(
+                f"uses GPUs but does not select the GPU node label '{key}'; "
+                "fix: tf-distributed:gpuNodeSelector"
+            )
+    tolerations = _items(spec.get("tolerations"))
+    tolerated = {str(_get(t, "key")) for t in tolerations}
+    if any(_get(t, "operator") == "Exists" and not _get(t, "key") for t in tolerations):
+        return out  # tolerates every taint
+    for key in facts.gpu_taint_keys:
+        if key not in tolerated:
+            out.append(
+                f"uses GPUs but does not tolerate the GPU taint '{key}'; "
+                f"fix: tf-distributed:gpuTolerations, e.g. '{key}:NoSchedule'"
+            )
     return out
 
 

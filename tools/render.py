@@ -44,8 +44,11 @@ from tools.pulumi_private import ROOT_STACK_TYPE
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
-STACKS = ("dev", "prod")
-USER_SECRETS: dict[str, tuple[str, ...]] = {"prod": ("grafanaAdminPassword",)}
+STACKS = ("dev", "prod", "gke", "eks", "aks")
+"""The example stacks users copy (``e2e`` is the e2e run's own)."""
+USER_SECRETS: dict[str, tuple[str, ...]] = dict.fromkeys(
+    ("prod", "gke", "eks", "aks"), ("grafanaAdminPassword",)
+)
 """Secrets an example stack's users set themselves (its stack file says how: a ciphertext only
 their secrets provider can decrypt cannot ship in the file); rendered as set, with the
 placeholder :data:`SECRET_TEXT`, unless the stack file or an override sets them."""

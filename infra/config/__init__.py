@@ -17,6 +17,7 @@ The package, one concern a module:
 - :mod:`~infra.config.errors`: :class:`ConfigError` and the form of its lines;
 - :mod:`~infra.config.quantities`: Kubernetes quantities;
 - :mod:`~infra.config.kinds`: what a key holds (type and rule) and how it is read;
+- :mod:`~infra.config.clouds`: the per-cloud conventions ``clusterKind`` names;
 - :mod:`~infra.config.key`, :mod:`~infra.config.keys_cluster`, :mod:`~infra.config.keys_run`,
   :mod:`~infra.config.keys`: the key table;
 - :mod:`~infra.config.model`: the typed configuration;
@@ -28,6 +29,7 @@ The package, one concern a module:
 - :mod:`~infra.config.runtime`: :func:`load_config`, from the Pulumi runtime.
 """
 
+from infra.config.clouds import CLOUDS, CLUSTER_KINDS, Cloud, is_cloud
 from infra.config.declarations import (
     PROJECT_FILE,
     Declaration,
@@ -38,7 +40,6 @@ from infra.config.errors import PROJECT, ConfigError
 from infra.config.image import image_problems
 from infra.config.key import (
     ALERT_FOR_MINUTES,
-    CLUSTER_KINDS,
     NAMESPACE_MODES,
     RETENTION_POLICIES,
     Key,
@@ -63,6 +64,7 @@ from infra.config.runtime import load_config
 
 __all__ = [
     "ALERT_FOR_MINUTES",
+    "CLOUDS",
     "CLUSTER_KINDS",
     "DISABLED_PROVIDERS",
     "DISABLE_DEFAULT_PROVIDERS",
@@ -77,6 +79,7 @@ __all__ = [
     "SYSTEM_NAMESPACES",
     "TOLERATION_EFFECTS",
     "AutoscalingConfig",
+    "Cloud",
     "ClusterConfig",
     "ConfigError",
     "Declaration",
@@ -90,6 +93,7 @@ __all__ = [
     "WorkerConfig",
     "default_of",
     "image_problems",
+    "is_cloud",
     "load_config",
     "parse_config",
     "parse_quantity",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from infra.config.clouds import is_cloud
 from infra.config.errors import problem
 from infra.config.image import image_problems
 from infra.config.kinds import SYSTEM_NAMESPACE_RULE, SYSTEM_NAMESPACES
@@ -80,10 +81,11 @@ def cross_field_problems(
         out.append(problem(key, rule, value))
 
     # Cluster.
-    if v["clusterKind"] == "cloud" and not v["kubeContext"] and "kubeconfig" not in secrets_set:
+    kind = v["clusterKind"]
+    if is_cloud(kind) and not v["kubeContext"] and "kubeconfig" not in secrets_set:
         fail(
             "kubeContext",
-            "clusterKind 'cloud' needs a kube context and/or a secret kubeconfig "
+            f"clusterKind {kind!r} needs a kube context and/or a secret kubeconfig "
             "(tf-distributed:kubeconfig)",
             "",
         )
@@ -169,7 +171,7 @@ def cross_field_problems(
     # Image: judged by image_problems (shared with infra/image.py).
     if building and known(*IMAGE_KEYS.values()):
         image = image_config(v)
-        out += image_problems(image, push=v["clusterKind"] == "cloud")
+        out += image_problems(image, push=is_cloud(kind), cluster_kind=kind or "")
         docker_env = environ.get("DOCKER_HOST", "")
         if (
             v["clusterKind"] == "minikube"

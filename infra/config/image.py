@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from infra.config.clouds import CLOUDS
 from infra.config.code_dir import DOCKERIGNORE, STARTER, shipped_credentials
 from infra.config.errors import PROJECT, problem
 from infra.config.kinds import PROJECT_DIR
@@ -33,7 +34,7 @@ TRAINER_PACKAGE = "trainer"
 """The trainer's own package directory (under the project directory): never user code."""
 
 
-def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
+def image_problems(cfg: ImageConfig, *, push: bool, cluster_kind: str = "cloud") -> list[str]:
     """Every rule the image settings break, one ``<key>: <rule>; got <value>`` line each.
 
     The one definition of the image rules: :func:`parse_config` merges these into its problems
@@ -42,8 +43,10 @@ def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
 
     Args:
         cfg: the image settings.
-        push: the image is pushed to ``cfg.registry`` (``clusterKind: cloud``): a registry is
-            then required, and a registry user and password go together.
+        push: the image is pushed to ``cfg.registry`` (every ``clusterKind`` but minikube): a
+            registry is then required, and a registry user and password go together.
+        cluster_kind: the ``clusterKind`` pushing, named in messages (with its registry's
+            naming where :mod:`infra.config.clouds` knows it).
     """
     problems: list[str] = []
     if cfg.code_directory is not None:
@@ -58,7 +61,7 @@ def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
                     cfg.code_directory,
                 )
             )
-        return problems + _reference_problems(cfg.reference, pinned=push)
+        return problems + _reference_problems(cfg.reference, pinned=push, kind=cluster_kind)
 
     def check(key: str, value: str | None, pattern: re.Pattern[str], rule: str) -> None:
         if value is None or not pattern.match(value):
@@ -84,9 +87,11 @@ def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
     if not push:
         return problems
     if not cfg.registry:
+        cloud = CLOUDS.get(cluster_kind)
+        example = f", e.g. {cloud.registry_example!r}" if cloud else ""
         problems.append(
-            f"{PROJECT}:imageRegistry: required when clusterKind is 'cloud' (images are pushed); "
-            f"got {cfg.registry or ''!r}"
+            f"{PROJECT}:imageRegistry: required when clusterKind is {cluster_kind!r} (images "
+            f"are pushed{example}); got {cfg.registry or ''!r}"
         )
     else:
         check("imageRegistry", cfg.registry, _IMAGE_REGISTRY, "a registry 'host[:port][/path]'")
@@ -102,7 +107,7 @@ def image_problems(cfg: ImageConfig, *, push: bool) -> list[str]:
     return problems
 
 
-def _reference_problems(reference: str, *, pinned: bool) -> list[str]:
+def _reference_problems(reference: str, *, pinned: bool, kind: str) -> list[str]:
     """The rules of ``imageReference``: a Docker reference, never ``latest``, and pinned by
     digest where ``pinned`` (cloud stacks, whose nodes pull from a registry)."""
     key = f"{PROJECT}:imageReference"
@@ -122,7 +127,7 @@ def _reference_problems(reference: str, *, pinned: bool) -> list[str]:
     if pinned and match["digest"] is None:
         return [
             f"{key}: must be pinned by digest ('...@sha256:<64 hex>') when clusterKind is "
-            f"'cloud'; got {reference!r}"
+            f"{kind!r}; got {reference!r}"
         ]
     return []
 

@@ -19,7 +19,6 @@ from trainer.contract import (
     TrainerFlags,
 )
 
-CLUSTER_KINDS = ("minikube", "cloud")
 NAMESPACE_MODES = ("create", "existing")
 """``namespaceMode``/``monitoringNamespaceMode``: ``create`` makes the namespace the stack's own
 (labelled by it, deleted with it); ``existing`` deploys into a namespace the stack does not own

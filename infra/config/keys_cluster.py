@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from infra.config.clouds import CLUSTER_KINDS
 from infra.config.key import (
     CHECKPOINT_URI,
     CHECKPOINT_URI_RULE,
-    CLUSTER_KINDS,
     NAMESPACE_MODES,
     PORTS,
     RESOURCE_NAME,
@@ -70,15 +70,18 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             "clusterKind",
             Choice(CLUSTER_KINDS),
             "minikube",
-            "'minikube' (local tag built into minikube's Docker daemon, imagePullPolicy Never) "
-            "or 'cloud' (image pushed to imageRegistry, pulled by digest).",
+            "'minikube' (local tag built into minikube's Docker daemon, imagePullPolicy Never), "
+            "'cloud' (any other cluster: image pushed to imageRegistry, pulled by digest), or "
+            "a cloud by name, 'gke', 'eks' or 'aks': as 'cloud', and gpuNodeSelector, "
+            "gpuTolerations and checkpointStorageClass left at their defaults take that "
+            "cloud's conventions (docs/getting-started.md#per-cloud-settings).",
         ),
         Key(
             "kubeContext",
             Text(empty=True),
             "",
             "Kube context of the explicit Kubernetes provider. Empty with clusterKind minikube "
-            "means 'minikube'; clusterKind cloud needs this and/or kubeconfig.",
+            "means 'minikube'; every other clusterKind needs this and/or kubeconfig.",
         ),
         Key(
             "kubeconfig",
@@ -177,15 +180,19 @@ GROUPS: dict[str, tuple[Key, ...]] = {
         ),
         Key(
             "gpuNodeSelector",
-            Strings(node_label, "each entry must be a node label 'key=value'"),
+            Strings(node_label, "each entry must be a node label 'key=value', or 'key' alone"),
             [],
-            "Node labels ('key=value') GPU workers must run on; ignored when gpusPerWorker is 0.",
+            "Node labels GPU workers must run on: 'key=value', or 'key' alone (the label is "
+            "present, any value); ignored when gpusPerWorker is 0. Empty on gke, eks and aks: "
+            "that cloud's GPU node label.",
         ),
         Key(
             "gpuTolerations",
             Strings(toleration, TOLERATION_RULE),
             [],
-            "Taints GPU workers tolerate, 'key[=value]:Effect'; ignored when gpusPerWorker is 0.",
+            "Taints GPU workers tolerate, 'key[=value]:Effect' (no value: any value); ignored "
+            "when gpusPerWorker is 0. Empty on gke and eks: that cloud's GPU taint (aks adds "
+            "none).",
         ),
         Key(
             "terminationGracePeriodSeconds",
@@ -212,7 +219,9 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             "checkpointStorageClass",
             Text(DNS_SUBDOMAIN, "must be a StorageClass name (DNS subdomain)"),
             "standard",
-            "StorageClass of the shared ReadWriteMany checkpoint claim.",
+            "StorageClass of the shared ReadWriteMany checkpoint claim; 'standard' on gke, eks "
+            "and aks means that cloud's ReadWriteMany class (standard-rwx, efs-sc, "
+            "azurefile-csi).",
         ),
         Key(
             "checkpointSize",

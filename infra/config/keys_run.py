@@ -276,7 +276,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             "",
             "A prebuilt trainer image to deploy instead of building the Dockerfile (for images "
             "built by CI): '[registry/]repo[:tag][@sha256:<64 hex>]', pinned by digest when "
-            "clusterKind is 'cloud'. Empty builds the image with the stack (the image* build "
+            "clusterKind is not minikube. Empty builds the image with the stack (the image* build "
             "settings below).",
         ),
         Key(
@@ -305,7 +305,9 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             IMAGE_TEXT,
             "",
             "Registry host[:port][/path] the image is pushed to; required when clusterKind is "
-            "cloud.",
+            "not minikube (Artifact Registry <region>-docker.pkg.dev/<project>/<repository> on "
+            "gke, ECR <account>.dkr.ecr.<region>.amazonaws.com on eks, ACR <name>.azurecr.io "
+            "on aks).",
         ),
         Key(
             "imageRegistryUsername",

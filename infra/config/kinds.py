@@ -390,12 +390,14 @@ def label_key_ok(key: str) -> bool:
     return bool(name) and bool(_LABEL_NAME.match(name))
 
 
-def node_label(text: str) -> tuple[str, str]:
-    """``key=value``, a node label. Raises ``ValueError`` otherwise."""
+def node_label(text: str) -> tuple[str, str | None]:
+    """``key=value``, a node label, or ``key`` alone: the label is present, any value
+    (``None``; a cloud's accelerator label names the GPU model). Raises ``ValueError``
+    otherwise."""
     k, eq, v = text.partition("=")
-    if not eq or not label_key_ok(k) or not _LABEL_VALUE.match(v):
+    if not label_key_ok(k) or (eq and not _LABEL_VALUE.match(v)):
         raise ValueError(text)
-    return k, v
+    return k, (v if eq else None)
 
 
 def toleration(text: str) -> Toleration:

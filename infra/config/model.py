@@ -11,6 +11,7 @@ from typing import Any
 
 import pulumi
 
+from infra.config.clouds import is_cloud
 from infra.config.keys import default_of
 from infra.config.kinds import Toleration
 
@@ -32,7 +33,8 @@ class ClusterConfig:
     """Which cluster the explicit Kubernetes provider talks to.
 
     Attributes:
-        kind: ``minikube`` or ``cloud``.
+        kind: ``minikube``, ``cloud`` or a cloud by name (``gke``, ``eks``, ``aks``;
+            :mod:`infra.config.clouds`).
         context: kube context name; ``None`` = the kubeconfig's current context.
         kubeconfig: secret kubeconfig contents; ``None`` = ``~/.kube/config`` / ``KUBECONFIG``.
         domain: cluster DNS domain (default ``cluster.local``).
@@ -54,6 +56,11 @@ class ClusterConfig:
     egress_https_cidrs: tuple[str, ...] = ()
     dns_egress_cidrs: tuple[str, ...] = ()
 
+    @property
+    def is_cloud(self) -> bool:
+        """Not minikube: the image is pushed and pinned by digest (:func:`is_cloud`)."""
+        return is_cloud(self.kind)
+
 
 @dataclass(frozen=True)
 class WorkerConfig:
@@ -65,7 +72,8 @@ class WorkerConfig:
         gpus: GPUs per worker (0-16; 0 = CPU only, no GPU limit, selector or tolerations).
         gpu_resource: extended resource name of a GPU (default ``nvidia.com/gpu``).
         cpu_request, cpu_limit, memory_request, memory_limit: Kubernetes quantities.
-        gpu_node_selector: node labels GPU workers must match (``key=value`` each).
+        gpu_node_selector: node labels GPU workers must match, ``(key, value)`` each; a value
+            of ``None``: the label is present, any value (node affinity ``Exists``).
         gpu_tolerations: taints GPU workers tolerate.
         termination_grace_seconds: SIGTERM-to-SIGKILL time for a preemption checkpoint
             (30-3600 s).
@@ -79,7 +87,7 @@ class WorkerConfig:
     cpu_limit: str
     memory_request: str
     memory_limit: str
-    gpu_node_selector: tuple[tuple[str, str], ...]
+    gpu_node_selector: tuple[tuple[str, str | None], ...]
     gpu_tolerations: tuple[Toleration, ...]
     termination_grace_seconds: int
     grpc_port: int

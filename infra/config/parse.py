@@ -12,8 +12,9 @@ from typing import Any
 import pulumi
 
 from infra.config.checks import cross_field_problems, image_config
+from infra.config.clouds import CLOUD_KEYS, with_cloud_defaults
 from infra.config.errors import ConfigError
-from infra.config.keys import SECRET_KEYS
+from infra.config.keys import KEYS, SECRET_KEYS
 from infra.config.model import (
     AutoscalingConfig,
     ClusterConfig,
@@ -64,6 +65,7 @@ def parse_config(
     project = pulumi.get_project() if project is None else project
     stack = pulumi.get_stack() if stack is None else stack
     reading = read_keys(raw, secret_keys, secrets)
+    reading = dataclasses.replace(reading, values=cloud_values(reading.values))
     problems = reading.problems + cross_field_problems(
         reading.values,
         secrets_set=reading.secrets_set,
@@ -79,6 +81,17 @@ def parse_config(
         k: (k in reading.secrets_set) if k in SECRET_KEYS else v for k, v in reading.values.items()
     }
     return dataclasses.replace(cfg, config_hash=config_digest(shown, SECRET_KEYS))
+
+
+def cloud_values(v: Mapping[str, Any]) -> dict[str, Any]:
+    """The values read, with the keys the stack's cloud (``clusterKind``) fills that are still
+    at their declared defaults replaced by the cloud's (:mod:`infra.config.clouds`)."""
+
+    def read(name: str, value: Any) -> Any:
+        return KEYS[name].kind.read(value).value
+
+    declared = {name: read(name, KEYS[name].default) for name in CLOUD_KEYS}
+    return with_cloud_defaults(v.get("clusterKind"), v, declared, read)
 
 
 def build(

@@ -21,7 +21,7 @@ from infra.config import (
     scale_quantity,
     to_config_text,
 )
-from tools.render import USER_SECRETS, Recorder, render_stack, stack_config
+from tools.render import STACKS, USER_SECRETS, Recorder, render_stack, stack_config
 
 P = f"{PROJECT}:"
 SECRET = {"secure": "AAABAPlaceholder=="}
@@ -185,7 +185,8 @@ INVALID = [
         "'key[=value]:Effect'",
         "'nvidia.com/gpu:Sometimes'",
     ),
-    ("prod", {P + "gpuNodeSelector": ["gpu"]}, "gpuNodeSelector", "'key=value'", "'gpu'"),
+    ("prod", {P + "gpuNodeSelector": ["gpu=a b"]}, "gpuNodeSelector", "'key=value'", "'gpu=a b'"),
+    ("prod", {P + "gpuNodeSelector": ["=gpu"]}, "gpuNodeSelector", "or 'key' alone", "'=gpu'"),
     (
         "dev",
         {P + "checkpointUri": "http://bucket/ckpt"},
@@ -351,15 +352,16 @@ def test_config_error_is_reported_without_a_traceback():
 def test_example_stack_files_ship_no_secret_ciphertext():
     # A `secure:` value only its author's secrets provider can decrypt makes every user's first
     # `pulumi preview` fail; the files say which secrets to set instead.
-    for stack in ("dev", "prod", "e2e"):
+    for stack in (*STACKS, "e2e"):
         doc = yaml.safe_load((PROJECT_FILE.parent / f"Pulumi.{stack}.yaml").read_text())
         secure = [k for k, v in doc["config"].items() if isinstance(v, dict) and "secure" in v]
         assert secure == [], f"Pulumi.{stack}.yaml ships ciphertext for {secure}"
-    prod_text = (PROJECT_FILE.parent / "Pulumi.prod.yaml").read_text()
-    for key in USER_SECRETS["prod"]:
-        assert f"pulumi config set --secret {key}" in prod_text, (
-            f"Pulumi.prod.yaml does not tell its user to set the secret {key}"
-        )
+    for stack, keys in USER_SECRETS.items():
+        text = (PROJECT_FILE.parent / f"Pulumi.{stack}.yaml").read_text()
+        for key in keys:
+            assert f"pulumi config set --secret {key}" in text, (
+                f"Pulumi.{stack}.yaml does not tell its user to set the secret {key}"
+            )
 
 
 KUBECONFIG_TEXT = "apiVersion: v1\nusers:\n- user:\n    token: eyJhbGciOiJSUzI1NiJ9.hunter2\n"
@@ -452,7 +454,7 @@ def test_scale_quantity_is_exact_in_the_same_suffix(text, factor, expected):
     assert parse_quantity(expected) == parse_quantity(str(text)) * factor
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
+@pytest.mark.parametrize("stack", STACKS)
 def test_stack_files_parse(stack):
     values, secret_keys = stack_config(stack)
     cfg = parse_config(values, secret_keys, {})

@@ -98,12 +98,16 @@ def build_component(
         ("minikube", True, "tf-distributed-trainer:0.1.0", False, "Never", "and-cuda"),
         ("cloud", False, f"{REGISTRY}/tf-distributed-trainer:0.1.0", True, "Always", ""),
         ("cloud", True, f"{REGISTRY}/tf-distributed-trainer:0.1.0", True, "Always", "and-cuda"),
+        # A named cloud is a cloud: pushed, pulled by digest.
+        ("gke", True, f"{REGISTRY}/tf-distributed-trainer:0.1.0", True, "Always", "and-cuda"),
+        ("eks", False, f"{REGISTRY}/tf-distributed-trainer:0.1.0", True, "Always", ""),
+        ("aks", True, f"{REGISTRY}/tf-distributed-trainer:0.1.0", True, "Always", "and-cuda"),
     ],
 )
 def test_image_args_per_cluster_kind(
     cluster_kind: str, gpu: bool, name: str, push: bool, pull: str, extra: str
 ) -> None:
-    cfg = ImageConfig(registry=REGISTRY) if cluster_kind == "cloud" else ImageConfig()
+    cfg = ImageConfig(registry=REGISTRY) if cluster_kind != "minikube" else ImageConfig()
     args = image.image_args(cfg, gpu=gpu, cluster_kind=cluster_kind)
     assert (args.image_name, args.push, args.pull_policy) == (name, push, pull)
     assert dict(args.build_args) == {image.BUILD_ARG_TF_EXTRA: extra}
@@ -131,7 +135,15 @@ def test_minikube_drops_registry_credentials() -> None:
 @pytest.mark.parametrize(
     ("cfg", "cluster_kind", "match"),
     [
-        (ImageConfig(), "gke", r"clusterKind: must be one of minikube, cloud; got 'gke'"),
+        (
+            ImageConfig(),
+            "openshift",
+            r"clusterKind: must be one of minikube, cloud, gke, eks, aks; got 'openshift'",
+        ),
+        # A named cloud's missing registry: its registry's naming as the example.
+        (ImageConfig(), "gke", r"required when clusterKind is 'gke' .*-docker\.pkg\.dev/"),
+        (ImageConfig(), "eks", r"required when clusterKind is 'eks' .*\.dkr\.ecr\..*"),
+        (ImageConfig(), "aks", r"required when clusterKind is 'aks' .*\.azurecr\.io"),
         (ImageConfig(tag="latest"), "minikube", r"imageTag: must be a fixed version"),
         (ImageConfig(tag="v1 beta"), "minikube", r"imageTag: must be a Docker tag.*'v1 beta'"),
         (ImageConfig(repository="Trainer"), "minikube", r"imageRepository: .*'Trainer'"),

@@ -13,7 +13,7 @@ from typing import Any
 
 from tools.render import Registered
 
-STACKS = ("dev", "prod", "e2e")
+STACKS = ("dev", "prod", "e2e", "gke", "eks", "aks")
 POLICIES = {
     "images-pinned",
     "containers-hardened",
@@ -83,6 +83,19 @@ def _gpu_limit_without_toleration(resources: list[Registered]) -> None:
 
 def _no_tolerations(resources: list[Registered]) -> None:
     pod(resources).pop("tolerations")
+
+
+def _no_node_placement(resources: list[Registered]) -> None:
+    """The GPU pod with neither node selector, node affinity nor tolerations."""
+    for field in ("nodeSelector", "affinity", "tolerations"):
+        pod(resources).pop(field, None)
+
+
+def _selects_other_nodes(resources: list[Registered]) -> None:
+    """GPU workers aimed at nodes by a label that is not the cloud's GPU label."""
+    spec = pod(resources)
+    spec.pop("affinity", None)
+    spec["nodeSelector"] = {"pool": "big"}
 
 
 def _role(change: Callable[[dict[str, Any]], None]) -> Callable[[list[Registered]], None]:
@@ -337,7 +350,37 @@ VARIANTS = [
         "dev",
         _gpu_limit_without_toleration,
         "gpu-scheduling",
-        ("tfd-dev/tfd-worker", "does not tolerate the GPU taint"),
+        ("tfd-dev/tfd-worker", "has no way onto a GPU node", "fix: tf-distributed:gpuNodeSelector"),
+    ),
+    # Each cloud's GPU pod stripped of its way onto GPU nodes: refused, AKS's untainted pools
+    # included; the cloud's taint is demanded where its stack leaves gpuTolerations empty.
+    Variant(
+        "aks-gpu-without-selector",
+        "aks",
+        _no_node_placement,
+        "gpu-scheduling",
+        ("StatefulSet tfd-aks/tfd-worker", "has no way onto a GPU node"),
+    ),
+    Variant(
+        "eks-gpu-without-affinity-or-toleration",
+        "eks",
+        _no_node_placement,
+        "gpu-scheduling",
+        ("StatefulSet tfd-eks/tfd-worker", "has no way onto a GPU node"),
+    ),
+    Variant(
+        "gke-gpu-without-the-clouds-toleration",
+        "gke",
+        _no_tolerations,
+        "gpu-scheduling",
+        ("StatefulSet tfd-gke/tfd-worker", "does not tolerate the GPU taint 'nvidia.com/gpu'"),
+    ),
+    Variant(
+        "gke-gpu-on-other-nodes",
+        "gke",
+        _selects_other_nodes,
+        "gpu-scheduling",
+        ("tfd-gke/tfd-worker", "does not select the GPU node label 'cloud.google.com/gke-"),
     ),
     # rbac-least-privilege
     Variant(
