@@ -341,7 +341,9 @@ def test_a_run_is_never_overwritten_by_another(tmp_path: Path):
     assert _snapshot(root) == before, "a refused start changed the run directory"
 
     # Another chief's lease has expired: more epochs with the recorded dataset continue the run.
-    (root / LEASE_FILE).write_text(LeaseRecord("x/y@gone", time.time() - 1, 0.0).to_text())
+    (root / LEASE_FILE).write_text(
+        LeaseRecord("x/y@gone", time.time() - 1, time.time() - 31).to_text()
+    )
     code, err, events = _train(root, data_a, epochs=2)
     assert code == EXIT_OK, err[-2000:]
     names = [e["event"] for e in events]
