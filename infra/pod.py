@@ -289,12 +289,15 @@ def volumes(
             )
         )
     if p.workers.gpus > 0:
-        # NCCL exchanges buffers through /dev/shm; the runtime's default is 64 MiB.
+        # NCCL exchanges buffers through /dev/shm; the runtime's default is 64 MiB. Sized per
+        # GPU; the config check keeps it within half of memoryLimit, which it counts against.
         mounts.append(k8s.core.v1.VolumeMountArgs(name="dshm", mount_path="/dev/shm"))
         vols.append(
             k8s.core.v1.VolumeArgs(
                 name="dshm",
-                empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(medium="Memory", size_limit="2Gi"),
+                empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
+                    medium="Memory", size_limit=p.workers.shm_size
+                ),
             )
         )
     # The trainer always calls the API (contract.API_CALLS): a short-lived projected token.

@@ -14,7 +14,7 @@ from infra.config.clouds import is_cloud
 from infra.config.errors import problem
 from infra.config.image import image_problems
 from infra.config.kinds import SYSTEM_NAMESPACE_RULE, SYSTEM_NAMESPACES
-from infra.config.model import ImageConfig
+from infra.config.model import SHM_GIB_PER_GPU, ImageConfig, shm_gib
 from trainer.contract import RUN_ID, RUN_ID_RULE, storage_problem
 
 IMAGE_KEYS = {
@@ -103,6 +103,16 @@ def cross_field_problems(
     for limit, request in (("cpuLimit", "cpuRequest"), ("memoryLimit", "memoryRequest")):
         if known(limit, request) and v[limit].value < v[request].value:
             fail(limit, f"must be >= {request} ({v[request].text})", v[limit].text)
+    if known("memoryLimit", "gpusPerWorker") and v["gpusPerWorker"] > 0:
+        shm = shm_gib(v["gpusPerWorker"])
+        if v["memoryLimit"].value < 2 * shm * 2**30:
+            fail(
+                "memoryLimit",
+                f"must be at least {2 * shm}Gi with gpusPerWorker {v['gpusPerWorker']}: the "
+                f"memory-backed /dev/shm ({shm}Gi, {SHM_GIB_PER_GPU}Gi per GPU) counts against "
+                "it, and the trainer needs as much again",
+                v["memoryLimit"].text,
+            )
     if known("grpcPort", "metricsPort") and v["grpcPort"] == v["metricsPort"]:
         fail("metricsPort", f"must differ from grpcPort ({v['grpcPort']})", v["metricsPort"])
 

@@ -93,6 +93,22 @@ class WorkerConfig:
     grpc_port: int
     metrics_port: int
 
+    @property
+    def shm_size(self) -> str:
+        """The memory-backed ``/dev/shm`` of a GPU pod (:func:`shm_gib`), as a quantity."""
+        return f"{shm_gib(self.gpus)}Gi"
+
+
+SHM_GIB_PER_GPU = 1
+"""``/dev/shm`` per GPU: NCCL stages its intra-node buffers there (the runtime gives 64 MiB)."""
+
+
+def shm_gib(gpus: int) -> int:
+    """The ``/dev/shm`` of a pod with ``gpus`` GPUs, in GiB. A memory-backed volume counts
+    against the container's memory limit, so ``memoryLimit`` must hold it twice over (the
+    config check), leaving the trainer at least as much again."""
+    return SHM_GIB_PER_GPU * gpus
+
 
 @dataclass(frozen=True)
 class StorageConfig:

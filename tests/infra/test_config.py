@@ -304,6 +304,14 @@ INVALID = [
     ("dev", {P + "cpuRequest": "1e-9"}, "cpuRequest", "of CPU from 1m to 1024", "1e-9"),
     ("dev", {P + "memoryLimit": "1e400"}, "memoryLimit", "of memory from 1Mi to 64Ti", "1e400"),
     ("dev", {P + "memoryRequest": "1"}, "memoryRequest", "of memory from 1Mi to 64Ti", "'1'"),
+    # the memory-backed /dev/shm (1Gi per GPU) counts against the limit
+    (
+        "dev",
+        {P + "gpusPerWorker": 2, P + "memoryLimit": "3Gi", P + "memoryRequest": "1Gi"},
+        "memoryLimit",
+        "must be at least 4Gi with gpusPerWorker 2: the memory-backed /dev/shm (2Gi",
+        "'3Gi'",
+    ),
     ("dev", {P + "apiServerPorts": "[443, 0]"}, "apiServerPorts", "integers in [1, 65535]", "443"),
     ("dev", {P + "gpuTolerations": "not json"}, "gpuTolerations", "array of strings", "not json"),
     (

@@ -554,3 +554,20 @@ def test_objects_in_the_training_namespace_wait_for_it(rendered, stack):
             f"stack {stack}: {res.kind} {res.metadata.get('name')} does not wait for "
             f"Namespace {ns_name}; dependencies {res.dependencies}"
         )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "shm"),
+    [
+        ({}, None),  # CPU: the runtime's /dev/shm
+        ({P + "gpusPerWorker": 1}, "1Gi"),
+        ({P + "gpusPerWorker": 4, P + "memoryLimit": "8Gi"}, "4Gi"),
+    ],
+)
+def test_dev_shm_is_sized_per_gpu(overrides, shm):
+    pod = render_stack("dev", overrides).one("StatefulSet")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    got = volumes["dshm"]["emptyDir"] if "dshm" in volumes else None
+    assert got == (None if shm is None else {"medium": "Memory", "sizeLimit": shm}), (
+        f"dev + {overrides}: StatefulSet /dev/shm {got}"
+    )
