@@ -11,7 +11,7 @@ WORKERS ?= 2
 ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: run test test-fast lint render bench bench-goodput bench-scale clean promtool tools cluster-up cluster-down e2e
+.PHONY: run test test-fast lint render bench bench-goodput bench-scale gpu-check clean promtool tools cluster-up cluster-down e2e
 
 $(VENV)/.installed: requirements/dev.txt requirements/infra.txt requirements/trainer.txt \
 		requirements/cli.txt
@@ -82,6 +82,12 @@ render: $(VENV)/.installed
 # BENCH_ARGS: e.g. --quick (1 round, development) or --json benchmarks/results/DATE.json
 bench: $(VENV)/.installed
 	$(VENV)/bin/python -m benchmarks.throughput $(BENCH_ARGS)
+
+# The trainer on this machine's GPUs against plain tf-keras (fp32, bf16, fp16; a few minutes);
+# without a GPU, one line and exit 0. GPU_ARGS: e.g. --json benchmarks/results/gpu-DATE.json
+GPU_ARGS ?=
+gpu-check: $(VENV)/.installed
+	$(VENV)/bin/python -m benchmarks.gpu_check $(GPU_ARGS)
 
 # What failures cost a 2-worker local run (kill -9 / SIGTERM every N s against an undisturbed
 # run). GOODPUT_ARGS: e.g. --quick, or --json benchmarks/results/goodput-DATE.json.

@@ -40,7 +40,8 @@ from trainer.local_cluster import (  # noqa: E402
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-KERAS_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
+KERAS_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+"""tf-keras wraps the optimizer in a LossScaleOptimizer itself under ``mixed_float16``."""
 
 
 @dataclass(frozen=True)
