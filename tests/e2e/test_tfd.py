@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -160,3 +161,60 @@ def test_stop_survives_up_and_submit_of_the_run_resumes_it(
         "mean tf-distributed:epochs?); got '2'"
     ), bad.stderr
     assert "epoch:" not in (project.work / "Pulumi.tfdstop.yaml").read_text()
+
+
+def test_ctrl_c_during_submit_leaves_the_stack_unlocked_and_the_settings_as_they_were(
+    new_project: Callable[..., Project], kube: Kube
+) -> None:
+    """Ctrl-C as a terminal sends it (SIGINT to the whole process group: tfd and the
+    ``pulumi up`` it runs) while the engine waits for workers that cannot schedule."""
+    namespace = "tfd-interrupt"
+    project = project_with_program(new_project("tfdint", stack_file="e2e"))
+    project.set("kubeconfig", KUBECONFIG.read_text(), secret=True)
+    project.set_many({"namespace": namespace, "checkpointRetention": "Delete", "runId": "r1"})
+    project.up()
+    settings = project.work / "Pulumi.tfdint.yaml"
+    before = settings.read_bytes()
+    env = {
+        **os.environ,
+        **project.env,
+        "PATH": os.pathsep.join([str(ROOT / ".venv" / "bin"), project.env["PATH"]]),
+    }
+    # 500 cores per worker: the new template's pods stay Pending, so the engine keeps waiting.
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "tfd", "submit", "--run-id", "r2", "--set", "cpuRequest=500",
+         "--set", "cpuLimit=500", "--stack", "tfdint", "--project-dir", str(project.work)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )  # fmt: skip
+    try:
+
+        def waiting_for_the_new_template() -> bool:
+            # A new run id replaces the StatefulSet (delete first): absent for a moment.
+            sts = kube.get("statefulset.apps", STATEFULSET, namespace)
+            if sts is None:
+                return False
+            (container,) = sts["spec"]["template"]["spec"]["containers"]
+            return container["resources"]["requests"]["cpu"] == "500"
+
+        kube.wait_for("up to write the new template", waiting_for_the_new_template, timeout=240)
+        time.sleep(2)  # the engine now waits for the rollout
+        os.killpg(submit.pid, signal.SIGINT)
+        out, err = submit.communicate(timeout=300)
+    finally:
+        if submit.poll() is None:
+            os.killpg(submit.pid, signal.SIGKILL)
+            submit.communicate()
+    assert submit.returncode == 130, (out + err)[-3000:]
+    assert "interrupted: waiting for pulumi up to stop" in out, out[-3000:]
+    assert err.strip().splitlines()[-1] == "tfd: error: interrupted", err[-3000:]
+    assert "Traceback" not in out + err, (out + err)[-3000:]
+    assert settings.read_bytes() == before, "the interrupted submit changed the stack's settings"
+    state = json.loads(project.export_text())
+    assert not state["deployment"].get("pending_operations"), state["deployment"]
+    # Unlocked and consistent: the next update runs, with the settings the user had.
+    project.up()
+    (container,) = kube.get("statefulset.apps", STATEFULSET, namespace)["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert container["resources"]["requests"]["cpu"] == "500m", container["resources"]
