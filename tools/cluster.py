@@ -9,7 +9,8 @@ container runs):
 * ``tfd-gpu-0``: a GPU node with ``nvidia.com/gpu`` capacity, the label and the taint that
   ``Pulumi.prod.yaml`` selects and tolerates.
 
-It also creates the StorageClasses the stacks name (``standard``, ``standard-rwx``) with
+It also creates the StorageClasses the stacks name (``standard``, ``standard-rwx``, and the
+per-cloud stacks' ``efs-sc`` and ``azurefile-csi``) with
 pre-provisioned ReadWriteMany volumes, since nothing provisions volumes here. The admin
 kubeconfig is written to ``.tools/kubeconfig`` (context ``tfd-e2e``).
 
@@ -47,7 +48,19 @@ CPU_NODE = "tfd-cpu-0"
 GPU_NODE = "tfd-gpu-0"
 GPU_LABEL = ("cloud.google.com/gke-accelerator", "nvidia-tesla-t4")
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-STORAGE_CLASSES = ("standard", "standard-rwx")
+CLOUD_GPU_NODES = {
+    # GKE's pools are the GPU node above (its label, its taint).
+    "eks": (
+        "tfd-gpu-eks",
+        {"k8s.amazonaws.com/accelerator": "nvidia-a10g"},
+        [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+    ),
+    "aks": ("tfd-gpu-aks", {"kubernetes.azure.com/accelerator": "nvidia"}, []),
+}
+"""GPU nodes labelled and tainted as EKS and AKS GPU pools are (docs/getting-started.md, per
+cloud): ``(name, labels, taints)``. Not started with the cluster: the per-cloud test adds them
+for its own stacks (an untainted AKS node would take other tests' CPU pods)."""
+STORAGE_CLASSES = ("standard", "standard-rwx", "efs-sc", "azurefile-csi")
 VOLUMES_PER_CLASS = 12
 START_TIMEOUT_S = 90
 
@@ -172,7 +185,17 @@ def _wait(what: str, probe, timeout: float = START_TIMEOUT_S) -> None:  # noqa: 
     raise ClusterError(f"{what} not ready after {timeout:.0f} s (logs: {STATE / 'logs'})")
 
 
-def kwok_node(name: str, *, gpus: int, cpu: str, memory: str) -> dict:
+def kwok_node(
+    name: str,
+    *,
+    gpus: int,
+    cpu: str,
+    memory: str,
+    gpu_labels: dict[str, str] | None = None,
+    gpu_taints: list[dict[str, str]] | None = None,
+) -> dict:
+    """A kwok node; a GPU node carries ``gpu_labels`` and ``gpu_taints`` (default: GKE's,
+    :data:`GPU_LABEL` and :data:`GPU_TAINT`)."""
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -182,9 +205,11 @@ def kwok_node(name: str, *, gpus: int, cpu: str, memory: str) -> dict:
     capacity = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "100Gi"}
     spec: dict = {}
     if gpus:
-        labels[GPU_LABEL[0]] = GPU_LABEL[1]
+        labels.update(gpu_labels if gpu_labels is not None else dict([GPU_LABEL]))
         capacity["nvidia.com/gpu"] = str(gpus)
-        spec["taints"] = [GPU_TAINT]
+        taints = gpu_taints if gpu_taints is not None else [GPU_TAINT]
+        if taints:
+            spec["taints"] = taints
     return {
         "apiVersion": "v1",
         "kind": "Node",

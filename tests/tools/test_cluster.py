@@ -33,7 +33,7 @@ def test_cpu_node_has_no_gpu_and_no_taint() -> None:
     assert "nvidia.com/gpu" not in node["status"]["capacity"]
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod", "e2e"])
+@pytest.mark.parametrize("stack", ["dev", "prod", "e2e", "gke", "eks", "aks"])
 def test_every_stack_storage_class_has_volumes(stack: str) -> None:
     cfg = parse_config(*stack_config(stack), {})
     volumes = [
@@ -53,3 +53,18 @@ def test_kubeconfig_is_self_contained(tmp_path) -> None:
     assert doc["current-context"] == cluster.CONTEXT
     user = doc["users"][0]["user"]
     assert set(user) == {"client-certificate-data", "client-key-data"}, "no file paths inside"
+
+
+@pytest.mark.parametrize("cloud", sorted(cluster.CLOUD_GPU_NODES))
+def test_each_clouds_gpu_node_carries_what_its_stack_selects_and_tolerates(cloud: str) -> None:
+    cfg = parse_config(*stack_config(cloud), {})
+    name, labels, taints = cluster.CLOUD_GPU_NODES[cloud]
+    node = cluster.kwok_node(name, gpus=8, cpu="64", memory="512Gi", gpu_labels=labels,
+                             gpu_taints=taints)  # fmt: skip
+    have = node["metadata"]["labels"]
+    for key, value in cfg.workers.gpu_node_selector:
+        assert key in have and value in (None, have[key]), f"node {name}: no label {key}"
+    assert cluster.GPU_LABEL[0] not in have, f"node {name} carries GKE's label"
+    tolerated = {t.key for t in cfg.workers.gpu_tolerations}
+    missing = [t for t in node["spec"].get("taints", []) if t["key"] not in tolerated]
+    assert missing == [], f"node {name}: stack {cloud} tolerates none of {missing}"
