@@ -322,7 +322,9 @@ def _up(handle: StackHandle, cluster: Cluster, view: StatusView, as_json: bool) 
         failed = _watch_up(handle, cluster, view, as_json, thread, before, quiet)
     except KeyboardInterrupt:
         # The terminal's Ctrl-C reached the CLI too (one process group): it is cancelling,
-        # recording what exists and unlocking the stack. Leaving now would orphan it.
+        # recording what exists and unlocking the stack. Leaving now would orphan it. What the
+        # engine prints meanwhile is the interruption's noise (the program's own traceback).
+        quiet.set()
         _sayer(as_json, view)(
             {"event": "interrupted", "waiting_for": "pulumi up"},
             "interrupted: waiting for pulumi up to stop and record what exists (Ctrl-C again "

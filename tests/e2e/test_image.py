@@ -21,6 +21,7 @@ from infra import image
 from tests.e2e.harness import KUBECONFIG, ROOT, Kube, Project
 from tests.e2e.user_image import USER_CLASSES, USER_DATASET, USER_MODEL, build_user_image
 from trainer import contract
+from trainer.errors import EXIT_CONTRACT
 
 REPOSITORY = "tf-distributed-trainer"
 NAMESPACE = "tfd-image"
@@ -86,7 +87,9 @@ def _size_gb(image_id: str) -> float:
     return int(docker("image", "inspect", "-f", "{{.Size}}", image_id).stdout.strip()) / 1e9
 
 
-def test_the_gpu_image_holds_tensorflows_cuda_libraries(built: str, built_gpu: str) -> None:
+def test_the_gpu_image_holds_tensorflows_cuda_libraries(
+    built: str, built_gpu: str, record_property: Callable[[str, object], None]
+) -> None:
     run = docker("run", "--rm", "--network", "none", "--entrypoint", "python", built_gpu,
                  "-c", CUDA_PROBE, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-4000:]
@@ -96,15 +99,17 @@ def test_the_gpu_image_holds_tensorflows_cuda_libraries(built: str, built_gpu: s
     assert {"nvidia-cudnn-cu12", "nvidia-nccl-cu12", "nvidia-cublas-cu12"} <= names, names
     broken = {n: w for n, w in seen["wheels"].items() if not w[2]}
     assert broken == {}, f"NVIDIA wheels missing or outside TensorFlow's pins: {broken}"
-    print(
+    # In the run's JUnit report (.tools/e2e-report-*.xml), for docs/image.md's figures.
+    record_property(
+        "gpu_image",
         f"CPU image {_size_gb(built):.2f} GB, GPU image {_size_gb(built_gpu):.2f} GB; "
         f"TensorFlow built for CUDA {seen['cuda']}, cuDNN {seen['cudnn']}; wheels: "
-        + ", ".join(f"{n} {w[0]} ({w[1]})" for n, w in sorted(seen["wheels"].items()))
+        + ", ".join(f"{n} {w[0]} ({w[1]})" for n, w in sorted(seen["wheels"].items())),
     )
 
 
 def test_the_gpu_image_on_a_node_without_gpus_stops_or_falls_back(
-    built_gpu: str, tmp_path: Path
+    built_gpu: str, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     given = f"--env={contract.ENV_GPUS}=1"
     run = docker("run", "--rm", "--network", "none", given,
@@ -112,9 +117,9 @@ def test_the_gpu_image_on_a_node_without_gpus_stops_or_falls_back(
                  "--tmpfs", "/ckpt:uid=10001", built_gpu, "--on-done", "exit",
                  timeout=300)  # fmt: skip
     last = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else ""
-    assert run.returncode == contract.EXIT_CONTRACT, (run.stdout + run.stderr)[-4000:]
+    assert run.returncode == EXIT_CONTRACT, (run.stdout + run.stderr)[-4000:]
     assert last.startswith("trainer: error: TFD_GPUS=1: the pod was given 1 GPU(s) but"), last
-    print(f"exit {run.returncode}: {last}")
+    record_property("gpu_less_stop", f"exit {run.returncode}: {last}")
     checkpoints = run_one_worker(
         built_gpu, tmp_path, "--allow-cpu-fallback", "--epochs", "1", "--synthetic-examples",
         "512", "--on-done", "exit", env={contract.ENV_GPUS: "1"},
