@@ -186,6 +186,9 @@ def test_ctrl_c_during_submit_leaves_the_stack_unlocked_and_the_settings_as_they
          "--set", "cpuLimit=500", "--stack", "tfdint", "--project-dir", str(project.work)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        # A terminal's job gets Ctrl-C; a job started in the background by a non-interactive
+        # shell (a CI runner) inherits SIGINT ignored, which Python then keeps ignoring.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
 
