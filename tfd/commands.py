@@ -245,12 +245,15 @@ def submit(args: argparse.Namespace) -> int:
         f"{cfg.training.epochs} epochs, {cfg.workers.replicas} workers",
     )
     # Only what differs from the stack's own config is written to its settings file, which
-    # up reads; it is put back unless the update went through.
+    # up reads; it is put back unless the update went through. A run whose new workers fail
+    # with their own error keeps them: they are deployed, and the fix is submitted on top.
     saved = handle.saved_settings()
     try:
         handle.set_config({k: v for k, v in changes.items() if _text(handle, k) != raw[k]})
         cluster = Cluster.connect(handle.access(), cfg.namespace, cfg.statefulset_name)
         _up(handle, cluster, view, args.json)
+    except RunFailedError:
+        raise
     except BaseException as err:
         if not isinstance(err, UpInterrupted) or not err.applied:
             handle.restore(saved)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,24 @@ def _fail(what: str, err: Exception) -> StackError:
     return StackError(one_line(f"{what}: {text}"))
 
 
+LIST_TRIES = 5
+"""Tries of the backend's stack listing: a file backend lists a state file that an ``up`` is
+renaming into place (``list bucket: ... .json.<n>.tmp: no such file``) now and then."""
+
+
+def _list_stacks(workspace: Any) -> list[Any]:
+    from pulumi import automation as auto
+
+    for attempt in range(LIST_TRIES):
+        try:
+            return workspace.list_stacks()
+        except auto.CommandError as err:
+            if "list bucket" not in str(err) or attempt == LIST_TRIES - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 class StackHandle:
     """One stack of the project, selected in a local workspace on ``project_dir``."""
 
@@ -60,7 +79,7 @@ class StackHandle:
         self.project_dir = project_dir
         try:
             workspace = auto.LocalWorkspace(work_dir=str(project_dir))
-            stacks = workspace.list_stacks()
+            stacks = _list_stacks(workspace)
             current = next((s.name for s in stacks if s.current), None)
             stack = stack or current
             if stack is None:

@@ -358,8 +358,9 @@ def test_submit_stops_up_when_a_worker_of_the_new_template_fails_and_says_why(
         "setting and submit again)"
     )
     assert err.value.exit_code == 1
+    # The new template is deployed and failing: its settings stay, the fix goes on top.
     calls = [c for c, _ in handle.calls]
-    assert calls == ["set_config", "up", "cancel_update", "restore"], handle.calls
+    assert calls == ["set_config", "up", "cancel_update"], handle.calls
 
 
 @pytest.mark.parametrize(

@@ -122,3 +122,29 @@ def test_without_the_pulumi_cli_tfd_says_how_to_install_it(
     assert str(info.value) == PULUMI_MISSING
     assert "curl -fsSL https://get.pulumi.com | sh" in PULUMI_MISSING
     assert "https://www.pulumi.com/docs/install/" in PULUMI_MISSING
+
+
+def test_a_listing_that_meets_a_state_file_being_renamed_is_tried_again(monkeypatch) -> None:
+    from tfd import stack as stack_module
+
+    monkeypatch.setattr(stack_module.time, "sleep", lambda s: None)
+    race = auto.CommandError(auto.CommandResult(
+        stdout="", stderr="error: list bucket: blob (code=NotFound): lstat s.json.1.tmp", code=1
+    ))  # fmt: skip
+
+    class Workspace:
+        calls = 0
+
+        def list_stacks(self) -> list[str]:
+            self.calls += 1
+            if self.calls < 3:
+                raise race
+            return ["dev"]
+
+    ws = Workspace()
+    assert stack_module._list_stacks(ws) == ["dev"] and ws.calls == 3
+    other = auto.CommandError(auto.CommandResult(stdout="", stderr="error: denied", code=1))
+    ws_other = Workspace()
+    ws_other.list_stacks = lambda: (_ for _ in ()).throw(other)  # type: ignore[method-assign]
+    with pytest.raises(auto.CommandError):
+        stack_module._list_stacks(ws_other)
