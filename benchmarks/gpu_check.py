@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(f"gpu-check: {len(caps)} GPU(s): {', '.join(names)}; measuring {precisions(caps)}")
         try:
-            doc.update(measure(replace(CONFIG), caps, args.rounds))
+            doc.update(measure(CONFIG, caps, args.rounds))
         except BenchmarkError as err:
             print(f"gpu-check: error: {err}", file=sys.stderr)
             return 1
