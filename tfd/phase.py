@@ -239,6 +239,12 @@ def _progress(logs: Mapping[int, WorkerLog]) -> dict[str, Any]:
         if start is not None and "global_batch" in start:
             out.setdefault("global_batch", start["global_batch"])
             out.setdefault("start_total_steps", start.get("total_steps"))
+    if "step" not in out:
+        # Training, before the first progress line: the first step's record knows the step
+        # (examples/s and the ETA come with the first progress line).
+        firsts = [r for _, log in ordered if (r := log.last(("first_step",))) is not None]
+        if firsts:
+            out["step"] = firsts[0].get("step")
     return out
 
 
@@ -397,6 +403,10 @@ def derive(snap: Snapshot) -> RunStatus:
         status.reason = f"{status.workers_ready}/{desired} workers ready"
     elif states and all(s == TRAINING for s in states.values()) and len(states) >= desired:
         status.phase = TRAINING
+        if status.eta_s is None:
+            status.reason = (
+                "first steps taken; examples/s and ETA come with the first progress line"
+            )
     else:
         status.reason = "workers ready; no training step logged yet"
     return status

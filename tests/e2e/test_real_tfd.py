@@ -185,9 +185,12 @@ def first_run(project: Project, kube: Kube) -> dict[str, Any]:
     logs: Background | None = None
     seen: dict[str, Any] = {"statuses": []}
     try:
+        # `training` is said from the first step; the rate and the ETA come with the first
+        # progress line, which is what the reading below is checked for.
         training = wait_status(
-            kube, project, "tfd status: training", lambda s: s["phase"] == "training"
-        )
+            kube, project, "tfd status: training with an ETA",
+            lambda s: s["phase"] == "training" and s["eta_s"] is not None,
+        )  # fmt: skip
         log_figure("tfd submit to tfd status training", time.monotonic() - started)
         seen["training"] = training
         human = tfd(project, "status")

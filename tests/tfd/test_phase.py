@@ -46,6 +46,10 @@ CASES = [
                                     waiting="ErrImageNeverPull", message="not present")]),
      "failed", "worker 0: ErrImageNeverPull: not present"),
     ("training", Snapshot(sts(2), [pod(0), pod(1)], logs=TRAINING), "training", ""),
+    ("training, before the first progress line: the first step's record gives the step",
+     Snapshot(sts(2), [pod(0), pod(1)], logs={
+         n: worker_log(n, START, ("first_step", {"step": 7})) for n in (0, 1)}),
+     "training", "examples/s and ETA come with the first progress line"),
     ("a worker killed (kill -9), its container restarting",
      Snapshot(sts(2, 1), [pod(0), pod(1, ready=False, last_exit=137, restarts=1)], logs=TRAINING),
      "restarting", "worker 1's container exited 137"),
@@ -100,6 +104,16 @@ def test_progress_eta_and_workers_while_training() -> None:
     # 200 steps left x 128 examples per step / 640 examples/s.
     assert status.eta_s == 40.0
     assert (status.workers_ready, status.workers_desired, status.run_id) == (2, 2, "r1")
+
+
+def test_the_step_is_known_as_soon_as_training_is_said() -> None:
+    firsts = {n: worker_log(n, START, ("first_step", {"step": 7})) for n in (0, 1)}
+    status = derive(Snapshot(sts(2), [pod(0), pod(1)], logs=firsts))
+    assert (status.phase, status.step, status.eta_s) == ("training", 7, None), status
+    # A progress line, once there, is the step's source (not the first step's record).
+    later = {n: worker_log(n, START, ("first_step", {"step": 7}), progress(100)) for n in (0, 1)}
+    status = derive(Snapshot(sts(2), [pod(0), pod(1)], logs=later))
+    assert (status.step, status.eta_s, status.reason) == (100, 40.0, ""), status
 
 
 def test_restarts_count_the_kubelets_and_the_supervisors() -> None:
