@@ -48,15 +48,9 @@ from infra.pod import PodArgs, pod_template
 from trainer import contract
 
 COMPONENT_TYPE = "tfd:infra:Workers"
-RUN_ID_ANNOTATION = "tf-distributed.io/run-id"
-"""StatefulSet annotation with ``runId``: its change replaces the StatefulSet (a new run)."""
 CLOUD_TIMEOUTS = pulumi.CustomTimeouts(create="30m", update="30m")
 """StatefulSet awaits on cloud stacks: a GPU node pool scaling up from zero and a multi-GB
 image pull each take minutes, beyond the provider's 10-minute default."""
-RUN_TARGET_ANNOTATION = "tf-distributed.io/run-target"
-"""Annotation of the worker count patch: what the run is asked to do (run id, epochs, steps per
-epoch, and the worker count when no autoscaler owns it). A new value brings a finished run's
-workers back; the same value leaves a finished run at zero (module docstring)."""
 PATCH_FORCE_ANNOTATION = "pulumi.com/patchForce"
 """The provider's annotation for a forced server-side apply: the patch takes ``spec.replicas``
 back from whoever set it last (the trainer's scale to zero, the HPA)."""
@@ -180,7 +174,10 @@ def size_patch_metadata(args: WorkersArgs) -> k8s.meta.v1.ObjectMetaPatchArgs:
     return k8s.meta.v1.ObjectMetaPatchArgs(
         name=args.pod.statefulset_name,
         namespace=args.pod.identity.namespace,
-        annotations={RUN_TARGET_ANNOTATION: args.run_target, PATCH_FORCE_ANNOTATION: "true"},
+        annotations={
+            contract.RUN_TARGET_ANNOTATION: args.run_target,
+            PATCH_FORCE_ANNOTATION: "true",
+        },
     )
 
 
@@ -248,7 +245,7 @@ class Workers(Component):
                 ident,
                 p.statefulset_name,
                 COMPONENT_WORKER,
-                annotations={RUN_ID_ANNOTATION: p.training.run_id, **args.provenance},
+                annotations={contract.RUN_ID_ANNOTATION: p.training.run_id, **args.provenance},
             ),
             spec=statefulset_spec(p),
             opts=self.child_opts(
@@ -258,7 +255,7 @@ class Workers(Component):
                 ignore_changes=["spec.replicas"],
                 # A new runId is a new run: a fresh StatefulSet at `replicas` workers. Delete
                 # first: the old pods hold the GPUs (and the names) the new ones need.
-                replace_on_changes=[f'metadata.annotations["{RUN_ID_ANNOTATION}"]'],
+                replace_on_changes=[f'metadata.annotations["{contract.RUN_ID_ANNOTATION}"]'],
                 delete_before_replace=True,
                 custom_timeouts=CLOUD_TIMEOUTS if args.cloud else None,
             ),

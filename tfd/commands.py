@@ -25,7 +25,6 @@ from tfd.kube import Cluster, wait
 from tfd.phase import (
     DONE,
     FAILED,
-    RUN_ID_ANNOTATION,
     STOP_ANNOTATION,
     STOPPED,
     TRAINING,
@@ -39,6 +38,7 @@ from tfd.phase import (
 )
 from tfd.stack import ROOT, StackHandle
 from tfd.view import StatusView, print_json, runs_lines, runs_table, status_lines
+from trainer.contract.api import RUN_ID_ANNOTATION
 
 POLL_S = 3.0
 PIPE_WIDTH = 200

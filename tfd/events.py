@@ -13,34 +13,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.contract.events import (
+    DONE_EVENTS,
+    ERROR_PREFIX,
+    FORMING_EVENTS,
+    RESTART_EVENTS,
+    TRAINING_EVENTS,
+    Event,
+)
+
 TEXT = "text"
 """The event of a line that is not a JSON object."""
-ERROR_PREFIX = "trainer: error: "
-"""How ``trainer.cli`` prints a known error (one line on stderr, then the exit code)."""
-TRAINING_EVENTS = frozenset({"progress", "first_step", "epoch", "checkpoint", "eval"})
-FORMING_EVENTS = frozenset(
-    {"forming", "start", "resume", "input_scale", "precision", "lease", "run_manifest"}
-)
-RESTART_EVENTS = frozenset({"restart", "stop", "rescale", "rollout", "pod_deleted"})
-DONE_EVENTS = frozenset({"trained", "done", "scaled_to_zero", "idle"})
-NOTABLE_EVENTS = frozenset(
-    {
-        "start",
-        "resume",
-        "rescale",
-        "stop",
-        "restart",
-        "rollout",
-        "pod_deleted",
-        "done",
-        "scaled_to_zero",
-        "warning",
-        "continue",
-        "surplus",
-        "supervisor_exit",
-    }
-)
-"""Log events worth listing among a run's last events."""
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
@@ -72,7 +55,7 @@ def error_of(records: Sequence[dict[str, Any]]) -> str | None:
     for record in reversed(records):
         if record["event"] == TEXT and record["text"].startswith(ERROR_PREFIX):
             return record["text"][len(ERROR_PREFIX) :]
-        if record["event"] == "supervisor_exit" and record.get("reason"):
+        if record["event"] == Event.SUPERVISOR_EXIT and record.get("reason"):
             return str(record["reason"])
     return None
 
@@ -115,7 +98,7 @@ class WorkerLog:
 
     def supervisor_restarts(self) -> int:
         """In-place restarts of the trainer by the supervisor in this container."""
-        counts = [int(r.get("restarts", 0)) for r in self.records if r["event"] == "restart"]
+        counts = [int(r.get("restarts", 0)) for r in self.records if r["event"] == Event.RESTART]
         return max(counts, default=0)
 
     def error(self) -> str | None:

@@ -30,7 +30,10 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from tfd.events import NOTABLE_EVENTS, WorkerLog
+from tfd.events import WorkerLog
+from trainer.contract.api import RUN_ID_ANNOTATION
+from trainer.contract.events import NOTABLE_EVENTS, RESTART_EVENTS, Event
+from trainer.errors import FAILURE_EXIT_CODES
 
 DEPLOYING = "deploying"
 ABSENT = "absent"
@@ -44,13 +47,8 @@ FAILED = "failed"
 STOPPED = "stopped"
 TERMINAL = frozenset({DONE, FAILED, STOPPED})
 
-RUN_ID_ANNOTATION = "tf-distributed.io/run-id"
-"""The StatefulSet's run id (set by the program: ``infra.workers.RUN_ID_ANNOTATION``)."""
 STOP_ANNOTATION = "tf-distributed.io/stopped"
 """Set by ``tfd stop`` on the StatefulSet (the UTC time); ``tfd submit`` of the run removes it."""
-FAILURE_EXIT_CODES = frozenset(range(1, 10))
-"""The trainer's error exit codes (``trainer.errors``: 1 unexpected .. 9 run conflict); 75-77
-are planned restarts (``contract.SUPERVISOR_RESTART_CODES``), 137/143 a signal."""
 NEVER_STARTS = frozenset(
     {"ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
 )
@@ -221,7 +219,7 @@ def _restart(pods: Sequence[Mapping[str, Any]], logs: Mapping[int, WorkerLog]) -
                 )
     for n, log in sorted(logs.items()):
         if log.state() == RESTARTING:
-            record = log.last(("restart", "stop", "rescale", "rollout", "pod_deleted")) or {}
+            record = log.last(RESTART_EVENTS) or {}
             why = record.get("reason") or (f"exit {record['code']}" if "code" in record else "")
             return f"worker {n}: {record.get('event')}{f' ({why})' if why else ''}"
     return None
@@ -232,17 +230,17 @@ def _progress(logs: Mapping[int, WorkerLog]) -> dict[str, Any]:
     ordered = sorted(logs.items(), key=lambda kv: kv[0] != 0)
     out: dict[str, Any] = {}
     for _, log in ordered:
-        record = log.last(("progress",))
+        record = log.last((Event.PROGRESS,))
         if record is not None and (not out or record.get("ts", 0) > out.get("ts", 0) + 60):
             out = dict(record)
-        start = log.last(("start",))
+        start = log.last((Event.START,))
         if start is not None and "global_batch" in start:
             out.setdefault("global_batch", start["global_batch"])
             out.setdefault("start_total_steps", start.get("total_steps"))
     if "step" not in out:
         # Training, before the first progress line: the first step's record knows the step
         # (examples/s and the ETA come with the first progress line).
-        firsts = [r for _, log in ordered if (r := log.last(("first_step",))) is not None]
+        firsts = [r for _, log in ordered if (r := log.last((Event.FIRST_STEP,))) is not None]
         if firsts:
             out["step"] = firsts[0].get("step")
     return out

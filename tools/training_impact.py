@@ -31,7 +31,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from infra.workers import RUN_ID_ANNOTATION
+from trainer.contract import RUN_ID_ANNOTATION
 
 STATEFULSET = "kubernetes:apps/v1:StatefulSet"
 SIZE_PATCH = "kubernetes:apps/v1:StatefulSetPatch"

@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Sequence
 
 from trainer.config import Config
+from trainer.contract.events import ERROR_PREFIX
 from trainer.contract.flags import build_parser
 from trainer.errors import EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE, TrainerError
 
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         code = run(config, os.environ)
     except TrainerError as err:
-        _hard_exit(err.exit_code, f"trainer: error: {err}")
+        _hard_exit(err.exit_code, f"{ERROR_PREFIX}{err}")
     except KeyboardInterrupt:
         _hard_exit(EXIT_USAGE, "trainer: interrupted")
     except Exception:  # noqa: BLE001 - a bug or an unmapped TensorFlow error (OOM, internal)

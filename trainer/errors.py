@@ -39,6 +39,9 @@ EXIT_RUN_CONFLICT = 9
 settings that change the result, or another holder's lease has not expired (``trainer.manifest``,
 ``trainer.lease``). The line names the fields (old -> new) or the holder and the expiry; nothing
 was written. Use a new run id, or wait for the lease to expire."""
+FAILURE_EXIT_CODES = frozenset(range(EXIT_UNEXPECTED, EXIT_RUN_CONFLICT + 1))
+"""The codes of a trainer that failed (``tfd`` reports the run failed, with the line the trainer
+printed); the codes below are planned restarts, 137/143 a signal."""
 EXIT_PEER_LOST = 75
 """A peer died or a collective timed out, or the cluster did not form in time (a peer that does
 not resolve or answer within ``placement.FORM_TIMEOUT_S``, a registration with the chief that

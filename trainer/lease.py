@@ -207,7 +207,7 @@ class LeaseRecord:
 
 def _exit_lost(message: str) -> None:
     """Leave now with exit 9: the main thread may be inside a TensorFlow call for long."""
-    print(f"trainer: error: {message}", file=sys.stderr)
+    print(f"{contract.ERROR_PREFIX}{message}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(EXIT_RUN_CONFLICT)

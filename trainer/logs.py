@@ -1,10 +1,8 @@
 """Worker logs: one JSON object per line (pods, pipes), or a progress line on a terminal.
 
-Every line carries ``event`` and ``worker``; the local launcher and the tests read them back.
-Events: ``forming``, ``input_scale``, ``start``, ``resume``, ``rescale``, ``progress``,
-``first_step``, ``epoch``, ``checkpoint``, ``stop``, ``trained``, ``done``, ``continue``, ``lease``,
-``run_manifest``, ``scaled_to_zero``, ``rollout``, ``pod_deleted``, ``surplus``, ``idle``,
-``warning`` (the supervisor adds ``restart`` and ``supervisor_exit``).
+Every line carries ``event`` and ``worker``; ``tfd``, the local launcher and the tests read them
+back. The names are ``trainer.contract.Event``'s: a name outside it is refused, so what ``tfd``
+reads cannot drift from what is written.
 """
 
 from __future__ import annotations
@@ -13,6 +11,8 @@ import json
 import sys
 import time
 from typing import Any, TextIO
+
+from trainer.contract.events import Event
 
 
 class Log:
@@ -27,6 +27,7 @@ class Log:
 
     def event(self, event: str, **fields: Any) -> None:
         """Write one event; ``progress`` becomes a redrawn bar when writing to a terminal."""
+        event = Event(event)  # ValueError for a name outside the contract
         if self.tty and event == "progress":
             self._bar(fields)
             return

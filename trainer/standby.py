@@ -27,6 +27,7 @@ import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import IO
 
+from trainer.contract.events import ERROR_PREFIX
 from trainer.errors import ContractError
 
 IMPORT_TIME_ENV = ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS")
@@ -130,7 +131,7 @@ def main(stdin: IO[str] | None = None) -> int:
     try:
         argv = adopt(line, os.environ)
     except ContractError as err:
-        print(f"trainer: error: {err}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{err}", file=sys.stderr)
         return err.exit_code
     sys.argv = ["trainer", *argv]
     from trainer.cli import main as trainer_main

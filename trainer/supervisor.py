@@ -79,7 +79,12 @@ class Limits:
 
 def _log(event: str, **fields: object) -> None:
     """One JSON line, like the trainer's own events (``worker`` is unknown here: None)."""
-    record = {"ts": round(time.time(), 3), "event": event, "worker": None, "source": "supervisor"}
+    record = {
+        "ts": round(time.time(), 3),
+        "event": contract.Event(event),  # ValueError for a name outside the contract
+        "worker": None,
+        "source": "supervisor",
+    }
     print(json.dumps({**record, **fields}), flush=True)
 
 

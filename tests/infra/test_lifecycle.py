@@ -7,9 +7,9 @@ import pytest
 
 from infra.config import PROJECT, ConfigError, parse_config
 from infra.pod import REVISION_LABEL, checkpoint_dir
-from infra.workers import RUN_ID_ANNOTATION
 from tools.render import Rendered, render_stack, stack_config
 from trainer import contract
+from trainer.contract import RUN_ID_ANNOTATION
 
 P = "tf-distributed:"
 STS_TYPE = "kubernetes:apps/v1:StatefulSet"

@@ -467,7 +467,7 @@ def test_the_worker_count_is_set_at_creation_and_by_the_size_patch(rendered, sta
     ]
     meta = patch.inputs["metadata"]
     assert meta["name"] == sts.inputs["metadata"]["name"], f"stack {stack}: patch target"
-    assert meta["annotations"][workers.RUN_TARGET_ANNOTATION] == target, f"stack {stack}: {meta}"
+    assert meta["annotations"][contract.RUN_TARGET_ANNOTATION] == target, f"stack {stack}: {meta}"
     assert meta["annotations"][workers.PATCH_FORCE_ANNOTATION] == "true"
     assert patch.inputs["spec"] == {"replicas": sts.inputs["spec"]["replicas"]}
     # Never diffed after its create (a new target is a new patch): its recorded live state can be

@@ -12,6 +12,7 @@ same definitions. Split by concern:
 - :mod:`~trainer.contract.cluster`: the cluster spec and ``TF_CONFIG`` derived from it;
 - :mod:`~trainer.contract.api`: the Kubernetes API calls the trainer makes (the Role's rules);
 - :mod:`~trainer.contract.metrics`: the Prometheus metric names it exports;
+- :mod:`~trainer.contract.events`: the event names of its log lines, which ``tfd`` reads;
 - :mod:`~trainer.contract.usage`: command-line mistakes as one line, with the near miss.
 
 Every public name of these modules is also a name of the package (``contract.ENV_POD_NAME``,
@@ -21,6 +22,7 @@ Every public name of these modules is also a name of the package (``contract.ENV
 from trainer.contract.api import *  # noqa: F403
 from trainer.contract.cluster import *  # noqa: F403
 from trainer.contract.env import *  # noqa: F403
+from trainer.contract.events import *  # noqa: F403
 from trainer.contract.flags import *  # noqa: F403
 from trainer.contract.metrics import *  # noqa: F403
 from trainer.contract.rules import *  # noqa: F403

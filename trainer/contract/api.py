@@ -51,6 +51,13 @@ def role_rules(statefulset: str, max_replicas: int) -> list[dict[str, Any]]:
     ]
 
 
+RUN_ID_ANNOTATION = "tf-distributed.io/run-id"
+"""The StatefulSet's ``runId`` (the program writes it; ``tfd`` reads the current run from it): its
+change replaces the StatefulSet, a new run."""
+RUN_TARGET_ANNOTATION = "tf-distributed.io/run-target"
+"""On the program's worker-count patch: what the run is asked to do (run id, epochs, steps per
+epoch, the worker count when no autoscaler owns it). A new value brings a finished run's workers
+back; the same value leaves a finished run at zero (``infra.workers``)."""
 SOURCE_COMMIT_ANNOTATION = "tf-distributed.io/source-commit"
 """The git commit of the program that last ran ``pulumi up`` (``""``: not a git checkout)."""
 CONFIG_HASH_ANNOTATION = "tf-distributed.io/config-hash"
