@@ -1,4 +1,5 @@
-"""The commands' waiting, stopping and resuming against a fake cluster (tfd.commands)."""
+"""The client's and the commands' waiting, stopping and resuming against a fake cluster
+(tfd.client, tfd.commands)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,10 @@ from pulumi import automation as auto
 
 from tests.tfd.builders import START, pod, progress, sts, worker_log
 from tests.tfd.test_settings import ROOT, current
-from tfd import cli, commands, records
+from tfd import cli, client, commands, records, up
 from tfd.cli import build_parser
 from tfd.errors import ClusterError, RunFailedError, StackError, UsageError, WaitTimeoutError
 from tfd.phase import STOP_ANNOTATION, Snapshot, derive
-from tfd.view import StatusView
 from trainer import contract, run_records, runs
 
 
@@ -51,7 +51,15 @@ class FakeCluster:
 
 @pytest.fixture(autouse=True)
 def _no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(commands, "POLL_S", 0)
+    monkeypatch.setattr(client, "POLL_S", 0)
+    monkeypatch.setattr(up, "POLL_S", 0)
+
+
+def use(monkeypatch: pytest.MonkeyPatch, handle: Any, cluster: Any = None) -> None:
+    """The client's stack is ``handle``; its cluster ``cluster`` (when given)."""
+    monkeypatch.setattr(client, "StackHandle", lambda stack, project_dir: handle)
+    if cluster is not None:
+        monkeypatch.setattr(client.TfdClient, "cluster", lambda self: cluster)
 
 
 TRAINING = Snapshot(
@@ -63,14 +71,14 @@ TRAINING = Snapshot(
 
 def test_watch_ends_when_the_run_trains() -> None:
     cluster = FakeCluster(Snapshot(sts(2, 0), [pod(0, unscheduled="0/2 nodes")]), TRAINING)
-    st = commands.watch(cluster, StatusView(True), lambda s: s.phase == "training", None)
+    st = client.watch(cluster, lambda s: s.phase == "training", None)
     assert st.phase == "training" and st.step == 10
 
 
 def test_watch_times_out_saying_where_the_run_is(capsys: pytest.CaptureFixture[str]) -> None:
     cluster = FakeCluster(Snapshot(sts(2, 0), [pod(0, unscheduled="0/2 nodes are available")]))
     with pytest.raises(WaitTimeoutError, match="the run is pending: worker 0 not scheduled"):
-        commands.watch(cluster, StatusView(True), lambda s: s.terminal, 0.0)
+        client.watch(cluster, lambda s: s.terminal, 0.0)
 
 
 @pytest.mark.parametrize(("phase", "code"), [("done", 0), ("failed", 1), ("stopped", 4)])
@@ -81,7 +89,7 @@ def test_the_outcome_of_a_watched_run_is_its_exit_code(phase: str, code: int) ->
 def test_resume_drops_the_mark_and_brings_the_workers_back() -> None:
     stopped = sts(0, annotations={STOP_ANNOTATION: "2026-12-03T12:00:00+00:00"})
     cluster = FakeCluster(TRAINING, live=stopped)
-    assert commands._resume(cluster, "r1", 2) is True
+    assert client._resume(cluster, "r1", 2) is True
     assert cluster.writes == [("annotate", {STOP_ANNOTATION: None}), ("scale", 2)]
 
 
@@ -92,7 +100,7 @@ def test_resume_drops_the_mark_and_brings_the_workers_back() -> None:
 )
 def test_resume_leaves_everything_else_alone(live: dict | None, run_id: str) -> None:
     cluster = FakeCluster(TRAINING, live=live)
-    assert commands._resume(cluster, run_id, 2) is False
+    assert client._resume(cluster, run_id, 2) is False
     assert cluster.writes == []
 
 
@@ -104,8 +112,8 @@ def test_stop_marks_the_run_then_scales_it_to_zero(
     class Handle:
         name = "dev"
 
-    monkeypatch.setattr(commands, "_open", lambda args: (Handle(), cluster))
-    assert commands.stop(argparse.Namespace(json=False)) == 0
+    use(monkeypatch, Handle(), cluster)
+    assert commands.stop(argparse.Namespace(json=False, stack=None, project_dir=None)) == 0
     (first, mark), second = cluster.writes
     assert first == "annotate" and set(mark) == {STOP_ANNOTATION} and second == ("scale", 0)
     assert json.loads(mark[STOP_ANNOTATION])["generation"] == 5  # sts(3) is at generation 4
@@ -156,9 +164,9 @@ def submit_args(*argv: str) -> argparse.Namespace:
 @pytest.fixture
 def stack(monkeypatch: pytest.MonkeyPatch) -> FakeHandle:
     handle = FakeHandle()
-    monkeypatch.setattr(commands, "_handle", lambda args: handle)
+    use(monkeypatch, handle)
     monkeypatch.setattr(
-        commands.Cluster,
+        client.Cluster,
         "connect",
         classmethod(lambda cls, access, ns, name: FakeCluster(TRAINING)),
     )
@@ -228,7 +236,7 @@ def runs_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         name = "dev"
 
     doc = _records(tmp_path)
-    monkeypatch.setattr(commands, "_open", lambda args: (Handle(), RunsCluster()))
+    use(monkeypatch, Handle(), RunsCluster())
     monkeypatch.setattr(
         records.RunsReader, "read", lambda self, sts, pods: {**doc, "read_by": "exec tfd-worker-0"}
     )
@@ -253,7 +261,7 @@ def test_runs_json_is_one_document_of_every_run(
     assert (r2["state"], r2["step"], r2["current"], r2["accuracy"]) == ("stopped", 40, True, None)
     (problem,) = r2["problems"]
     assert "r2/summary.json: not JSON" in problem, problem
-    assert commands.list_runs("dev") == doc, "the command prints what list_runs returns"
+    assert client.TfdClient("dev").runs().to_json() == doc, "the command prints what runs() returns"
 
 
 def test_runs_table_for_people(runs_cluster: None, capsys: pytest.CaptureFixture[str]) -> None:
@@ -286,14 +294,14 @@ def test_runs_errors_are_one_line_with_the_clusters_code(
         def statefulset(self) -> None:
             return None
 
-    monkeypatch.setattr(commands, "_open", lambda args: (Handle(), NoWorkers()))
+    use(monkeypatch, Handle(), NoWorkers())
     assert cli.main(["runs", "--stack", "dev"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 
     def refused(self: Any, sts: dict, pods: list) -> None:
         raise ClusterError("create pods/exec tfd-dev/tfd-worker-0: HTTP 403 Forbidden: no")
 
-    monkeypatch.setattr(commands, "_open", lambda args: (Handle(), RunsCluster()))
+    use(monkeypatch, Handle(), RunsCluster())
     monkeypatch.setattr(records.RunsReader, "read", refused)
     assert cli.main(["runs", "--stack", "dev", "--json"]) == 5
     captured = capsys.readouterr()
@@ -341,7 +349,7 @@ def failing(revision: str, update_revision: str) -> Snapshot:
 
 def connect(monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster) -> None:
     monkeypatch.setattr(
-        commands.Cluster, "connect", classmethod(lambda cls, access, ns, name: cluster)
+        client.Cluster, "connect", classmethod(lambda cls, access, ns, name: cluster)
     )
 
 
@@ -349,7 +357,7 @@ def test_submit_stops_up_when_a_worker_of_the_new_template_fails_and_says_why(
     stack: FakeHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handle = WaitingUpHandle()
-    monkeypatch.setattr(commands, "_handle", lambda args: handle)
+    use(monkeypatch, handle)
     connect(monkeypatch, FakeCluster(failing("r2", "r2"), live=sts(2, revision="r1")))
     with pytest.raises(RunFailedError) as err:
         commands.submit(submit_args("--epochs", "4"))
@@ -379,7 +387,7 @@ def test_submit_leaves_up_alone_while_only_the_earlier_templates_workers_fail(
     # up ends once tfd has read every failing snapshot.
     cluster = FakeCluster(*[snapshot] * 20, TRAINING, live=sts(2, revision="r1"))
     handle = WaitingUpHandle()
-    monkeypatch.setattr(commands, "_handle", lambda args: handle)
+    use(monkeypatch, handle)
     monkeypatch.setattr(
         handle.cancelled, "wait", lambda timeout: _until(lambda: len(cluster.snapshots) == 1)
     )
@@ -425,12 +433,12 @@ def test_ctrl_c_during_up_waits_for_the_cli_and_keeps_settings_only_if_it_went_t
     stack: FakeHandle, monkeypatch: pytest.MonkeyPatch, applied: bool, calls: list[str]
 ) -> None:
     handle = InterruptedUpHandle(applied)
-    monkeypatch.setattr(commands, "_handle", lambda args: handle)
+    use(monkeypatch, handle)
 
     def ctrl_c(timeout: float, done: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(commands, "wait", ctrl_c)
+    monkeypatch.setattr(up, "wait", ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         commands.submit(submit_args("--epochs", "4"))
     assert handle.ended.is_set(), "tfd left before pulumi up had ended"
