@@ -54,16 +54,15 @@ from benchmarks.goodput_figures import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-UNDISTURBED, COLD, STANDBY = "undisturbed", "cold", "standby"
-VARIANTS = (UNDISTURBED, COLD, STANDBY)
-"""Per pair: no failures; failures with every restart starting cold (``--no-standby``, also
-the undisturbed run's setting); failures with the launcher's warm standbys (``--standby``)."""
+UNDISTURBED, COLD = "undisturbed", "cold"
+VARIANTS = (UNDISTURBED, COLD)
+"""Per pair: no failures; failures with every restart starting cold, as a restarted pod does."""
 
 
 def run_job(cfg: GoodputConfig, steps: int, variant: str, rng: random.Random) -> JobRecord:
     """Run the launcher once as ``variant`` (:data:`VARIANTS`): undisturbed, or signalling a
     random worker every ``cfg.every_s`` seconds of training (from each attempt's first step)
-    until ``cfg.failures`` were sent, with cold restarts or with standbys."""
+    until ``cfg.failures`` were sent."""
     inject = variant != UNDISTURBED
     record = JobRecord()
     pids: dict[int, int] = {}
@@ -75,7 +74,6 @@ def run_job(cfg: GoodputConfig, steps: int, variant: str, rng: random.Random) ->
             "--workers", str(cfg.workers),
             "--restarts", str(cfg.failures + 5),
             "--checkpoint-dir", ckpt,
-            "--standby" if variant == STANDBY else "--no-standby",
             *cfg.trainer_args(steps),
         ]  # fmt: skip
         record.t_launch = time.time()
@@ -162,12 +160,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--every", type=float, help="seconds of training between failures (120)")
     p.add_argument("--failures", type=int, help="failures per failure run (10)")
     p.add_argument("--pairs", type=int, help="undisturbed/failure pairs (1)")
-    p.add_argument(
-        "--restarts",
-        choices=(COLD, STANDBY, "both"),
-        default="both",
-        help="which failure runs each pair has (both: three runs per pair; one: two)",
-    )
     p.add_argument("--json", type=Path, help="write every run and figure to this file")
     p.add_argument("--sync-checkpoints", action="store_true",
                    help="run the trainer with --sync-checkpoints (the synchronous save, to "
@@ -198,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{cfg.pairs} pair(s), {cfg.failures} x {cfg.failure} every {cfg.every_s:g} s",
               flush=True)  # fmt: skip
         rng = random.Random(cfg.seed)
-        failing = (COLD, STANDBY) if args.restarts == "both" else (args.restarts,)
+        failing = (COLD,)
         variants = (UNDISTURBED, *failing)
         jobs: dict[str, list[JobRecord]] = {v: [] for v in variants}
         for i in range(cfg.pairs):

@@ -104,13 +104,6 @@ def build_parser_local() -> OneLineParser:
         help="times all workers are restarted after a failure, 0-100 (default 3)",
     )
     p.add_argument(
-        "--standby",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="keep one warm process per worker (TensorFlow imported) for the next restart, "
-        "started once the workers train (default on; --no-standby: every restart starts cold)",
-    )
-    p.add_argument(
         "--run-id",
         default="",
         help="the run's identity (TFD_RUN_ID): checkpoints go to <checkpoint root>/<run id>. "
@@ -217,9 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupted = threading.Event()
     # One launch id for all attempts: a restarted chief takes its lease back at once, while a
     # second launch of the same run id (same pod names, same host) is another holder.
-    cluster = LocalCluster(
-        args.workers, root, rest, out=sys.stdout, launch_id=new_launch_id(), standby=args.standby
-    )
+    cluster = LocalCluster(args.workers, root, rest, out=sys.stdout, launch_id=new_launch_id())
 
     def on_signal(signum: int, _frame: Any) -> None:
         interrupted.set()
@@ -228,10 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    try:
-        code, restarts, first_step_s = _attempts(args, cluster, root, interrupted)
-    finally:
-        cluster.close()
+    code, restarts, first_step_s = _attempts(args, cluster, root, interrupted)
     wall_s = time.time() - t0
     print(json.dumps(_summary_line(args.workers, root, wall_s, restarts, code, first_step_s)))
     if code != EXIT_OK and created:

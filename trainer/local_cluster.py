@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from trainer import contract
-from trainer.standby import StandbyPool
 from trainer.tf_notices import NO_GPU_NOTE, NoticeFilter
 
 STATEFULSET = "tfd-worker"
@@ -156,8 +155,7 @@ class LocalCluster:
     ``module`` is what each process runs: ``trainer`` (default), or ``trainer.supervisor``, the
     image's entrypoint, which restarts the trainer in place on exit 75/76/77. ``launch_id`` goes
     to every worker of every attempt (:func:`worker_envs`); the launcher draws one per launch.
-    ``standby`` (``trainer`` only): once an attempt's chief trains, start one warm process per
-    worker (:mod:`trainer.standby`, TensorFlow imported) that the next attempt's workers run in.
+    Every attempt starts cold, as a restarted pod does.
     """
 
     def __init__(
@@ -170,15 +168,8 @@ class LocalCluster:
         extra_env: Mapping[str, str] | None = None,
         module: str = contract.TRAINER_MODULE,
         launch_id: str = "",
-        standby: bool = False,
     ) -> None:
         self.extra_env = dict(extra_env or {})
-        self.standbys = (
-            StandbyPool(workers, launch_env() | self.extra_env, python)
-            if standby and module == contract.TRAINER_MODULE
-            else None
-        )
-        self._filled = threading.Event()  # this attempt's chief trains: standbys were started
         self.launch_id = launch_id
         self.module = module
         self.workers = workers
@@ -193,19 +184,16 @@ class LocalCluster:
     def start(self) -> list[WorkerProcess]:
         envs = worker_envs(self.workers, self.checkpoint_dir, launch_id=self.launch_id)
         self.procs = []
-        self._filled.clear()
         for i, env in enumerate(envs):
             env.update(self.extra_env)
-            proc = self.standbys.take(env, self.trainer_args) if self.standbys else None
-            if proc is None:
-                proc = subprocess.Popen(
-                    [self.python, "-m", self.module, *self.trainer_args],
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    bufsize=1,
-                )
+            proc = subprocess.Popen(
+                [self.python, "-m", self.module, *self.trainer_args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+            )
             wp = WorkerProcess(i, proc, env)
             wp.reader = threading.Thread(target=self._pump, args=(wp,), daemon=True)
             wp.reader.start()
@@ -224,14 +212,6 @@ class LocalCluster:
                     if not self._noted_no_gpu:
                         self._noted_no_gpu = True
                         self.out.write(f"[launcher] {NO_GPU_NOTE}\n")
-            if (
-                self.standbys is not None
-                and wp.index == 0
-                and not self._filled.is_set()
-                and parse_events([line], "first_step")
-            ):
-                self._filled.set()
-                self.standbys.fill()
             if self.out is not None and shown:
                 with self._lock:
                     self.out.write(f"[worker-{wp.index}] {line}\n")
@@ -278,8 +258,3 @@ class LocalCluster:
         for wp in self.procs:
             if wp.proc.poll() is None:
                 wp.proc.terminate()
-
-    def close(self) -> None:
-        """End the standbys no attempt used (the workers have ended already)."""
-        if self.standbys is not None:
-            self.standbys.close()
