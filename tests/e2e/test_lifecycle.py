@@ -182,7 +182,8 @@ def test_a_rollout_waits_for_the_workers_then_all_restart_once(
     deployed.set("imageReference", "tf-distributed-trainer:0.2.0")
     up = deployed.up()
     assert [(s.op, s.name) for s in up.changed()] == [("update", "workers")]
-    sts = kube.get("statefulset.apps", STATEFULSET, NAMESPACE)
+    # The new template's revision: up returns before the controller has seen the new spec.
+    sts = kube.observed_statefulset(STATEFULSET, NAMESPACE)
     new_revision = sts["status"]["updateRevision"]
     # OnDelete: the controller replaced nothing; every pod still runs the old template.
     pods = _pods(kube)
