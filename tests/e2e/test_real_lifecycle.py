@@ -124,7 +124,8 @@ def test_a_rollout_restarts_every_worker_once_and_resumes(
     created_before = pod_creations(kube)
     started = time.monotonic()
     stack.up()
-    revision = kube.get("statefulset.apps", STS, NS)["status"]["updateRevision"]
+    # The new template's revision: up returns before the controller has seen the new spec.
+    revision = kube.observed_statefulset(STS, NS)["status"]["updateRevision"]
 
     def replaced_and_resumed() -> bool:
         now = workers(kube)
