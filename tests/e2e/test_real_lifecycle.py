@@ -71,6 +71,16 @@ def supervisor_restarts(kube: Kube, pod: str) -> float:
     return kube.wait_for(f"{name} of {pod}", probe, 120, 2)[name]
 
 
+def hpa_scaling_disabled(kube: Kube) -> bool:
+    """The HPA says it leaves its target alone: ``ScalingActive`` False, ``ScalingDisabled``
+    (what it sets on a sync that finds the target at zero replicas)."""
+    conditions = (kube.get("hpa", STS, NS).get("status") or {}).get("conditions", [])
+    return any(
+        c["type"] == "ScalingActive" and c["status"] == "False" and c["reason"] == "ScalingDisabled"
+        for c in conditions
+    )
+
+
 def pod_creations(kube: Kube) -> dict[str, int]:
     """How many times the StatefulSet controller has created each worker pod (its
     ``SuccessfulCreate`` events; the recorder folds repeats into ``count``)."""
@@ -248,7 +258,9 @@ def test_the_finished_run_frees_its_pods_and_stays_without_diff(
     log_figure("DONE to every worker pod gone", time.monotonic() - done_at)
     assert kube.get("statefulset.apps", STS, NS)["spec"]["replicas"] == 0
     stack.preview(expect_no_changes=True)
-    time.sleep(30)  # six HPA syncs
+    # The HPA's own word that it saw the target at zero and leaves it (its syncs after the
+    # scale to zero), not a sleep that a loaded controller manager may sleep through.
+    kube.wait_for("the HPA reports scaling disabled", lambda: hpa_scaling_disabled(kube), 120, 2)
     assert kube.get("statefulset.apps", STS, NS)["spec"]["replicas"] == 0, "the HPA revived it"
 
 
