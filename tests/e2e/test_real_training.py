@@ -106,10 +106,19 @@ def test_workers_reach_each_other_by_stable_names_and_others_are_denied(
     kube.run("patch", "resourcequota", "tfd-workers", "-n", NS, "--type=merge", "-p",
              json.dumps({"spec": {"hard": roomy}}))  # fmt: skip
     try:
+        # Admission checks a pod against the quota's status.hard, which the quota controller
+        # copies from the spec a moment later: until then the intruder is refused.
+        kube.wait_for("the roomy quota in force", lambda: quota_in_force(kube), 120, 1)
         _intruder_is_denied(kube, peer)
     finally:
         kube.run("patch", "resourcequota", "tfd-workers", "-n", NS, "--type=merge", "-p",
                  json.dumps({"spec": {"hard": hard}}))  # fmt: skip
+
+
+def quota_in_force(kube: Kube) -> bool:
+    """The workers' quota's ``status.hard`` (what admission checks) is its ``spec.hard``."""
+    quota = kube.get("resourcequota", "tfd-workers", NS)
+    return (quota.get("status") or {}).get("hard") == quota["spec"]["hard"]
 
 
 def _intruder_is_denied(kube: Kube, peer: str) -> None:
