@@ -197,8 +197,9 @@ def test_a_finished_run_stays_finished_through_refresh_and_continues_with_more_e
     stack.refresh()
     stack.preview(expect_no_changes=True)
     stack.up()
-    time.sleep(5)
-    assert kube.get("statefulset.apps", STS, NS)["spec"]["replicas"] == 0
+    # The pods as the controller has them for the spec `up` left (not a sleep it may outlast).
+    live = kube.observed_statefulset(STS, NS)
+    assert live["spec"]["replicas"] == 0, live["spec"]
     assert not kube.items("pods", NS, WORKERS), "a refresh and an up revived the finished run"
 
     [claim] = [c["metadata"]["name"] for c in kube.items("persistentvolumeclaim", NS)]
