@@ -36,8 +36,12 @@ def test_a_pod_runs_its_container_on_the_node(kube: Kube, ns: str) -> None:
         kube, realnode.busybox_pod("hello", ns, "echo hello from $(hostname); sleep 3600")
     )
     pod = realnode.running(kube, "hello", ns)
-    logs = kube.wait_for("hello's log", lambda: kube.run("logs", "-n", ns, "hello", check=False))
-    assert "hello from hello" in logs, logs
+    # Running is said when the container starts, before its first line is read back; and an
+    # error (kubectl logs says why on stderr) is no log: wait for the line itself.
+    kube.wait_for(
+        "hello's log line",
+        lambda: "hello from hello" in kube.run("logs", "-n", ns, "hello", check=False),
+    )
     assert pod["status"]["podIP"].startswith("10.244.0."), pod["status"]
     [status] = pod["status"]["containerStatuses"]
     assert status["imageID"].startswith("sha256:") or "@sha256:" in status["imageID"], status
