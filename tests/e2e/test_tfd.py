@@ -82,7 +82,11 @@ def test_status_says_pending_with_the_schedulers_reason(
     try:
         seen: dict = {}
         deadline = started + PENDING_WITHIN_S
-        while time.monotonic() < deadline and seen.get("phase") != "pending":
+        # `pending` is said from the pod's creation ("starting: scheduled"); the scheduler's
+        # reason, which the reading below is checked for, comes with its verdict.
+        while time.monotonic() < deadline and not (
+            seen.get("phase") == "pending" and "not scheduled:" in (seen.get("reason") or "")
+        ):
             time.sleep(2)
             if kube.get("statefulset.apps", STATEFULSET, "tfd-gpu-pending") is not None:
                 seen = status(project)
