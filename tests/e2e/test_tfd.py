@@ -207,8 +207,21 @@ def test_ctrl_c_during_submit_leaves_the_stack_unlocked_and_the_settings_as_they
             (container,) = sts["spec"]["template"]["spec"]["containers"]
             return container["resources"]["requests"]["cpu"] == "500"
 
+        def refused_by_the_scheduler() -> bool:
+            # A pod of the new template (not the old run's of the same name, going away) that
+            # the scheduler has turned down: the provider had the StatefulSet's create answered
+            # and waits for workers that never come.
+            for pod in kube.items("pods", namespace):
+                (container,) = pod["spec"]["containers"]
+                if container["resources"].get("requests", {}).get("cpu") != "500":
+                    continue
+                conditions = pod["status"].get("conditions") or []
+                if any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions):
+                    return True
+            return False
+
         kube.wait_for("up to write the new template", waiting_for_the_new_template, timeout=240)
-        time.sleep(2)  # the engine now waits for the rollout
+        kube.wait_for("a worker of the new template unschedulable", refused_by_the_scheduler)
         os.killpg(submit.pid, signal.SIGINT)
         out, err = submit.communicate(timeout=300)
     finally:
