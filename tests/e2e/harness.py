@@ -119,6 +119,21 @@ class Kube:
         live = self.get("statefulset.apps", statefulset, namespace)
         return None if live is None else live["status"].get("readyReplicas", 0)
 
+    def observed_statefulset(self, name: str, namespace: str, timeout: float = 120) -> dict:
+        """The StatefulSet once its controller has seen its current spec (``observedGeneration``
+        at ``generation``): only then is its status (``updateRevision``, the pods it made) of that
+        spec. ``pulumi up`` does not wait for it on an ``OnDelete`` update (the provider checks
+        the replica counts only, which the earlier spec's pods already meet)."""
+
+        def probe() -> dict | None:
+            live = self.get("statefulset.apps", name, namespace)
+            if live is None:
+                return None
+            observed = (live.get("status") or {}).get("observedGeneration", 0)
+            return live if observed >= live["metadata"]["generation"] else None
+
+        return self.wait_for(f"StatefulSet {namespace}/{name} observed", probe, timeout)
+
     def wait_for(
         self, what: str, probe: Callable[[], Any], timeout: float = 120, every: float = 1
     ) -> Any:

@@ -340,9 +340,14 @@ def test_the_webhook_validates_and_prometheus_loads_the_projects_rules(
     def loaded() -> list[dict] | None:
         groups = prom(kube, "rules", {"type": "alert"})["groups"]
         ours = [g for g in groups if g["name"] == alerts.GROUP_NAME and NS_A in g["file"]]
-        return ours or None
+        # A rule is `unknown` until the group's first evaluation after the load: its health,
+        # checked below, is known from then on.
+        evaluated = all(r["health"] != "unknown" for g in ours for r in g["rules"])
+        return ours if ours and evaluated else None
 
-    [group] = kube.wait_for("the project's rule group in Prometheus", loaded, 180, 5)
+    # The operator's rule ConfigMap reaches the pod's volume at the kubelet's next sync (up to
+    # about two minutes), then the reload and an evaluation interval.
+    [group] = kube.wait_for("the project's rule group evaluated in Prometheus", loaded, 300, 5)
     log_figure("PrometheusRule loaded by Prometheus", time.monotonic() - started)
     rules = {r["name"]: r for r in group["rules"]}
     assert rules.keys() == expected.keys(), sorted(rules)

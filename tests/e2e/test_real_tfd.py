@@ -219,7 +219,14 @@ def first_run(project: Project, kube: Kube) -> dict[str, Any]:
         log_figure("kill -9 to tfd status training again", time.monotonic() - killed)
         seen["exit_code"] = submit.wait(timeout=1200)
         log_figure("tfd submit --follow of the first run to its exit", time.monotonic() - started)
-        time.sleep(5)  # the last lines of both workers reach the follower
+        # The run is done once DONE exists; worker 0 logs its `done` after the last barrier,
+        # and the follower reads it some polls later. Wait for that line (what the logs test
+        # checks); without it the test says what the follower got.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(
+            e["event"] == "done" for _, e in trainer_events(follower, 0)
+        ):
+            time.sleep(1)
     finally:
         submit.stop()
         if logs is not None:

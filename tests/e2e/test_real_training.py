@@ -106,10 +106,19 @@ def test_workers_reach_each_other_by_stable_names_and_others_are_denied(
     kube.run("patch", "resourcequota", "tfd-workers", "-n", NS, "--type=merge", "-p",
              json.dumps({"spec": {"hard": roomy}}))  # fmt: skip
     try:
+        # Admission checks a pod against the quota's status.hard, which the quota controller
+        # copies from the spec a moment later: until then the intruder is refused.
+        kube.wait_for("the roomy quota in force", lambda: quota_in_force(kube), 120, 1)
         _intruder_is_denied(kube, peer)
     finally:
         kube.run("patch", "resourcequota", "tfd-workers", "-n", NS, "--type=merge", "-p",
                  json.dumps({"spec": {"hard": hard}}))  # fmt: skip
+
+
+def quota_in_force(kube: Kube) -> bool:
+    """The workers' quota's ``status.hard`` (what admission checks) is its ``spec.hard``."""
+    quota = kube.get("resourcequota", "tfd-workers", NS)
+    return (quota.get("status") or {}).get("hard") == quota["spec"]["hard"]
 
 
 def _intruder_is_denied(kube: Kube, peer: str) -> None:
@@ -188,8 +197,9 @@ def test_a_finished_run_stays_finished_through_refresh_and_continues_with_more_e
     stack.refresh()
     stack.preview(expect_no_changes=True)
     stack.up()
-    time.sleep(5)
-    assert kube.get("statefulset.apps", STS, NS)["spec"]["replicas"] == 0
+    # The pods as the controller has them for the spec `up` left (not a sleep it may outlast).
+    live = kube.observed_statefulset(STS, NS)
+    assert live["spec"]["replicas"] == 0, live["spec"]
     assert not kube.items("pods", NS, WORKERS), "a refresh and an up revived the finished run"
 
     [claim] = [c["metadata"]["name"] for c in kube.items("persistentvolumeclaim", NS)]
