@@ -228,16 +228,18 @@ build_pause() {
   link "$dir" pause
 }
 
-# The real node's stand-in GPU device plugin (tools/devplugin), keyed by its source and module
-# files. Its go.mod pins k8s.io/kubelet at the staging version of KUBERNETES_VERSION (the
-# kubelet's own device-plugin API); a test (tests/tools/test_versions.py) keeps them equal.
+# The real node's stand-in GPU device plugin (tools/devplugin), keyed by its source, test and
+# module files, and tested (against a fake kubelet) before each build. Its go.mod pins
+# k8s.io/kubelet at the staging version of KUBERNETES_VERSION (the kubelet's own device-plugin
+# API); a test (tests/tools/test_versions.py) keeps them equal.
 build_devplugin() {
   local src=$root/tools/devplugin dir
-  dir=$cache/devplugin-$(cat "$src/main.go" "$src/go.mod" "$src/go.sum" | sha256sum | cut -c1-12)
+  dir=$cache/devplugin-$(cat "$src"/*.go "$src/go.mod" "$src/go.sum" | sha256sum | cut -c1-12)
   if ! cached "$dir" devplugin; then
     log "building devplugin"
     rm -rf "$dir" && mkdir -p "$dir/bin"
-    (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$dir/bin/devplugin" .)
+    (cd "$src" && go vet . && go test -count=1 . >&2 \
+      && go build -trimpath -ldflags "-s -w" -o "$dir/bin/devplugin" .)
   fi
   link "$dir" devplugin
 }
