@@ -161,9 +161,11 @@ def test_workers_without_a_visible_gpu_stop_and_the_one_beyond_the_devices_waits
 
 def test_cpu_fallback_trains_to_done_one_device_per_worker(project: Project, kube: Kube) -> None:
     started = time.monotonic()
-    # A new run (its StatefulSet replaced, created at the new size): lowering `replicas` of a
-    # stack without an autoscaler in place writes the template (TFD_REPLICAS=2) while the old
-    # count still stands, and the controller's worker 2 of the new template refuses its ordinal.
+    # A new run (its StatefulSet replaced, created at the new size). `--continue` with the lower
+    # count fails: the new template (TFD_REPLICAS=2) is applied while the StatefulSet still
+    # counts 3 (the size patch waits for the update's rollout, which waits for 3 Ready pods),
+    # submit deletes the crash-looping workers so they start on it, and the new worker 2
+    # refuses its ordinal (exit 3). Healthy workers roll out at the old count first.
     result = tfd(
         project, "submit", "--run-id", "gpu-cpu", "--set", 'trainerFlags=["allow-cpu-fallback"]',
         "--set", f"replicas={STAND_IN_GPUS}", "--follow", "--timeout", "8m", timeout=720,
