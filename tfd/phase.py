@@ -8,7 +8,8 @@ The decision, first match wins (docs/commands.md lists it):
 2. zero workers asked for: ``stopped`` when ``tfd stop`` marked it, else ``done`` (the chief
    scales its StatefulSet to zero when the run is finished, ``onDone: scale-to-zero``);
 3. ``failed``: a worker's container ended with a trainer error (exit 1-9), out of memory, or
-   cannot start (an image that is never pulled, a bad container config), with the cause;
+   cannot start (an image that is never pulled, a bad container config), with the cause, and
+   the first worker not scheduled too, if any (the scheduler's reason);
 4. ``pending``: a worker not scheduled (the scheduler's reason, e.g. ``0/2 nodes are
    available: 1 Insufficient nvidia.com/gpu``), or fewer pods than asked and the controller's
    reason (a quota), or a container not started yet (pulling its image);
@@ -153,6 +154,26 @@ def _failure(pods: Sequence[Mapping[str, Any]], logs: Mapping[int, WorkerLog]) -
     return None
 
 
+def _not_scheduled(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the scheduler has not placed ``pod`` (its own words), ``None`` when it has."""
+    if _get(pod, "status", "phase") != "Pending":
+        return None
+    for cond in _get(pod, "status", "conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            name = _get(pod, "metadata", "name")
+            why = cond.get("message") or _last_event(events, name, "FailedScheduling")
+            return f"worker {ordinal(pod)} not scheduled: {why or cond.get('reason')}"
+    return None
+
+
+def _unscheduled(
+    pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """The first worker the scheduler cannot place, with its reason: said beside a failure,
+    which it outlives (fixing the failed workers leaves it Pending)."""
+    return next((w for p in sorted(pods, key=ordinal) if (w := _not_scheduled(p, events))), None)
+
+
 def _pending(
     pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]], desired: int, sts: str
 ) -> str | None:
@@ -160,10 +181,8 @@ def _pending(
         if _get(pod, "status", "phase") != "Pending":
             continue
         name = _get(pod, "metadata", "name")
-        for cond in _get(pod, "status", "conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                why = cond.get("message") or _last_event(events, name, "FailedScheduling")
-                return f"worker {ordinal(pod)} not scheduled: {why or cond.get('reason')}"
+        if unplaced := _not_scheduled(pod, events):
+            return unplaced
         for st in _statuses(pod):
             waiting = _get(st, "state", "waiting") or {}
             if waiting:
@@ -385,7 +404,8 @@ def derive(snap: Snapshot) -> RunStatus:
     restart = _restart(pods, snap.logs)
     observed = int(_get(sts, "status", "replicas") or 0)
     if failure:
-        status.phase, status.reason = FAILED, failure
+        unplaced = _unscheduled(pods, snap.events)
+        status.phase, status.reason = FAILED, failure + (f"; also {unplaced}" if unplaced else "")
     elif pending:
         status.phase, status.reason = PENDING, pending
     elif snap.deploying:

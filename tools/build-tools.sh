@@ -228,6 +228,22 @@ build_pause() {
   link "$dir" pause
 }
 
+# The real node's stand-in GPU device plugin (tools/devplugin), keyed by its source, test and
+# module files, and tested (against a fake kubelet) before each build. Its go.mod pins
+# k8s.io/kubelet at the staging version of KUBERNETES_VERSION (the kubelet's own device-plugin
+# API); a test (tests/tools/test_versions.py) keeps them equal.
+build_devplugin() {
+  local src=$root/tools/devplugin dir
+  dir=$cache/devplugin-$(cat "$src"/*.go "$src/go.mod" "$src/go.sum" | sha256sum | cut -c1-12)
+  if ! cached "$dir" devplugin; then
+    log "building devplugin"
+    rm -rf "$dir" && mkdir -p "$dir/bin"
+    (cd "$src" && go vet . && go test -count=1 . >&2 \
+      && go build -trimpath -ldflags "-s -w" -o "$dir/bin/devplugin" .)
+  fi
+  link "$dir" devplugin
+}
+
 # The real node's cluster add-ons (`make cluster-up NODE=real`).
 build_node_addons() {
   go_tool coredns "$COREDNS_VERSION" "github.com/coredns/coredns@v$COREDNS_VERSION"
@@ -313,6 +329,7 @@ build_kwok
 build_kubernetes_node
 build_node_addons
 build_pause
+build_devplugin
 etcd_from_debian
 docker_from_debian
 node_from_debian

@@ -9,6 +9,8 @@ Everything runs on this machine as processes the cluster records (and ``down`` s
   stacks' NetworkPolicy ``dns`` rule (``dnsEgressCidrs``) allows it as it does on GKE;
 * kube-router's firewall (iptables and ipsets), which enforces NetworkPolicy;
 * metrics-server behind an APIService, so ``kubectl top`` and the HPA have CPU metrics;
+* a stand-in device plugin (``tools/devplugin``) that gives the node ``STAND_IN_GPUS``
+  ``nvidia.com/gpu`` devices through the kubelet's device-plugin API (no real GPU);
 * StorageClasses ``standard`` and ``standard-rwx`` with ``local`` volumes in the cluster's own
   directory (one node: ReadWriteMany is real).
 
@@ -31,10 +33,13 @@ from pathlib import Path
 from tools import node_host, node_images
 from tools.node_host import NodeError
 from tools.real_node_config import (
+    DEVICE_PLUGIN_DIR,
     DNS_IP,
+    GPU_RESOURCE,
     NODE_IP,
     NODE_NAME,
     SERVICE_CIDR,
+    STAND_IN_GPUS,
     Names,
     Ports,
     cni_config,
@@ -82,6 +87,10 @@ CONTAINERD_ROOT = Path(
     os.environ.get("TFD_CONTAINERD_DATA", Path.home() / ".cache" / "tf-distributed" / "containerd")
 )
 START_TIMEOUT_S = 120
+DEVICE_PLUGIN_SOCKET = "tfd-stand-in-gpu.sock"
+KUBELET_CHECKPOINT = "kubelet_internal_checkpoint"
+"""The kubelet's record of allocated devices, in the device-plugin directory (outside the
+cluster's): removed at ``down`` with the plugin's socket."""
 
 Start = Callable[..., int]
 Kubectl = Callable[..., str]
@@ -112,7 +121,8 @@ def preflight() -> None:
             raise NodeError(f"{tool} missing: apt-get install {package} (or `make tools`)")
     if not Path("/usr/lib/cni/bridge").exists():
         raise NodeError("/usr/lib/cni/bridge missing: apt-get install containernetworking-plugins")
-    for tool in ("kubelet", "kube-proxy", "coredns", "kube-router", "metrics-server", "pause"):
+    node_tools = ("kubelet", "kube-proxy", "coredns", "kube-router", "metrics-server", "pause")
+    for tool in (*node_tools, "devplugin"):
         if not (BIN / tool).exists():
             raise NodeError(f"{BIN / tool} missing: run `make tools` first")
 
@@ -217,6 +227,19 @@ def node_up(
         return out.strip() == "True"
 
     wait(f"node {NODE_NAME} Ready", node_ready, START_TIMEOUT_S)
+    # The stand-in GPUs: the plugin registers with the kubelet's socket (there once the node
+    # is Ready), and the kubelet puts its devices in the node's capacity.
+    start(
+        "devplugin",
+        [tool("devplugin"), f"--dir={DEVICE_PLUGIN_DIR}", f"--resource={GPU_RESOURCE}",
+         f"--count={STAND_IN_GPUS}", f"--endpoint={DEVICE_PLUGIN_SOCKET}"],
+    )  # fmt: skip
+
+    def gpus_allocatable() -> bool:
+        node = json.loads(kubectl("get", "node", NODE_NAME, "-o", "json", check=False) or "{}")
+        return node.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE) == str(STAND_IN_GPUS)
+
+    wait(f"{STAND_IN_GPUS} {GPU_RESOURCE} on {NODE_NAME} (devplugin)", gpus_allocatable)
     start(
         "kube-proxy",
         [
@@ -333,6 +356,8 @@ def host_down(state: Path) -> list[str]:
         node_host.run("umount", "-l", point, check=False)
     problems += [f"cgroup not removed: {d}" for d in node_host.remove_cgroups(names)]
     node_host.network_down(names)
+    for name in (DEVICE_PLUGIN_SOCKET, KUBELET_CHECKPOINT):
+        (DEVICE_PLUGIN_DIR / name).unlink(missing_ok=True)
     before = node_host.load_before(state / "node" / "host-before.json")
     if before is not None:
         node_host.restore_host(before)

@@ -19,6 +19,13 @@ CLUSTER_DOMAIN = "cluster.local"
 SERVICE_CIDR = "10.96.0.0/16"  # tools/cluster.py's
 CNI_BIN = "/usr/lib/cni"
 NAMESPACE_K8S = "k8s.io"
+# The kubelet's device-plugin directory: its device manager serves kubelet.sock at this fixed
+# path (pkg/kubelet/cm/devicemanager: pluginapi.KubeletSocket), whatever its --root-dir.
+DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+GPU_RESOURCE = "nvidia.com/gpu"
+STAND_IN_GPUS = 2
+"""Devices of ``GPU_RESOURCE`` the stand-in device plugin (tools/devplugin) advertises: fewer
+than three workers, so a third one stays Pending (tests/e2e/test_real_gpu.py)."""
 
 
 @dataclass(frozen=True)

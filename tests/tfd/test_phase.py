@@ -39,6 +39,12 @@ CASES = [
         logs={1: worker_log(1, previous=("trainer: error: run 'r1' was started with other "
                                          "settings",))}),
      "failed", "worker 1 exited 9: run 'r1' was started with other settings"),
+    ("trainer error, and a worker beyond the node's GPUs: both said", Snapshot(
+        sts(3, 0), [pod(0, ready=False, waiting="CrashLoopBackOff", last_exit=3),
+                    pod(1, ready=False, waiting="CrashLoopBackOff", last_exit=3),
+                    pod(2, unscheduled=GPU)],
+        logs={0: worker_log(0, previous=("trainer: error: TFD_GPUS=1: no GPU seen",))}),
+     "failed", f"worker 0 exited 3: TFD_GPUS=1: no GPU seen; also worker 2 not scheduled: {GPU}"),
     ("out of memory", Snapshot(sts(2, 1), [pod(0), pod(1, ready=False, last_exit=137,
                                                     last_reason="OOMKilled")]),
      "failed", "out of memory"),
