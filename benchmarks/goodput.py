@@ -38,6 +38,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks import runs
 from benchmarks.goodput_figures import (
     QUICK,
     SIGNALS,
@@ -68,7 +69,8 @@ def run_job(cfg: GoodputConfig, steps: int, variant: str, rng: random.Random) ->
     pids: dict[int, int] = {}
     trained_since: list[float | None] = [None]  # the current attempt's first step, read time
     lock = threading.Lock()
-    with tempfile.TemporaryDirectory(prefix="tfd-goodput-") as ckpt:
+    with tempfile.TemporaryDirectory(prefix="tfd-goodput-") as tmp:
+        ckpt = runs.run_dir(tmp)
         cmd = [
             sys.executable, "-m", "trainer.local",
             "--workers", str(cfg.workers),

@@ -309,9 +309,16 @@ def _keras_child(arg: str) -> int:
     return 0
 
 
+def run_dir(tmp: str) -> str:
+    """The run directory of a job inside the temporary directory ``tmp``: its last segment is
+    the run id, which a random temporary name can break (one ending in ``_``)."""
+    return os.path.join(tmp, "run")
+
+
 def _launch(cfg: BenchConfig, workers: int, extra: Sequence[str]) -> tuple[int, list[str]]:
     """Run ``python -m trainer.local`` in a fresh checkpoint directory: exit code, output."""
-    with tempfile.TemporaryDirectory(prefix=f"tfd-bench-{workers}w-") as ckpt:
+    with tempfile.TemporaryDirectory(prefix=f"tfd-bench-{workers}w-") as tmp:
+        ckpt = run_dir(tmp)
         cmd = [
             sys.executable,
             "-m",
@@ -404,8 +411,8 @@ def dead_peer(
     )
     # Far more epochs than the run lasts: training must still be running at the kill.
     args[args.index("--epochs") + 1] = "1000"
-    with tempfile.TemporaryDirectory(prefix="tfd-bench-dead-") as ckpt:
-        cluster = LocalCluster(workers, ckpt, args, out=None)
+    with tempfile.TemporaryDirectory(prefix="tfd-bench-dead-") as tmp:
+        cluster = LocalCluster(workers, run_dir(tmp), args, out=None)
         procs = cluster.start()
         try:
             deadline = time.time() + cfg.timeout_s

@@ -81,3 +81,16 @@ def test_first_step_figures_missing_input_is_an_error(drop: str):
         lines.append(json.dumps({**SUMMARY, "launch_to_first_step_s": None}))
     with pytest.raises(BenchmarkError, match="worker-0: no 'start' or 'first_step'"):
         first_step_figures(parse_local_output(lines))
+
+
+@pytest.mark.parametrize("name", ["tfd-bench-1w-k2lrm9n_", "tfd-bench-1w-abc", "x-."])
+def test_a_jobs_run_id_is_valid_whatever_the_temporary_name(name: str, tmp_path) -> None:
+    # The launcher takes the run id from the checkpoint directory's last segment; a temporary
+    # name ending in "_" once failed a benchmark after 15 minutes of runs.
+    from pathlib import Path
+
+    from benchmarks.runs import run_dir
+    from trainer import contract
+
+    run_id = Path(run_dir(str(tmp_path / name))).name
+    assert contract.RUN_ID.match(run_id), run_id
