@@ -9,17 +9,17 @@ and mount namespace of its own (``unshare --net --mount``): only a loopback inte
 
 - ``fake-gcs-server`` (``make tools``) on 127.0.0.1:4443 over TLS, its certificate signed by a
   CA made for this session with openssl (``CURL_CA_BUNDLE`` makes TensorFlow's curl trust it);
-- a TLS front on 443 (same certificate) that passes every byte on to it but two request
-  headers that Go's HTTP server refuses (501 and 400) and Google's front ends accept: the
-  ``Transfer-Encoding: identity`` TensorFlow sends on its empty-bodied requests (directory
-  markers, upload sessions), and the ``Content-Length`` that TensorFlow's curl sends next to
-  ``Transfer-Encoding: chunked`` on every upload (chunked wins, as HTTP says);
+- a TLS front on 443 (same certificate) that passes every byte on to it but the
+  ``Transfer-Encoding: identity`` header TensorFlow sends on its empty-bodied requests
+  (directory markers, upload sessions): Google's front ends accept it, Go's HTTP server answers
+  501. Forwarding a chunked body, it drops the ``Content-Length`` beside it, as RFC 9112 asks
+  of an intermediary;
 - a metadata-server stand-in (``GCE_METADATA_HOST``): an access token for the default service
   account, only with ``Metadata-Flavor: Google``, as GKE's workload identity serves it. No key
   file exists anywhere.
 
 Commands join the namespace with ``nsenter``; :meth:`ObjectStore.env` is what they need.
-``python -m tests.e2e.object_store DIR`` is the process that holds the namespace (run by
+``python -m tools.object_store DIR`` is the process that holds the namespace (run by
 :meth:`ObjectStore.start` under ``unshare``).
 """
 
@@ -41,7 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FAKE_GCS_SERVER = ROOT / ".tools" / "bin" / "fake-gcs-server"
 API_HOSTS = ("www.googleapis.com", "storage.googleapis.com")
 """The hosts TensorFlow's GCS filesystem reaches (its JSON API and its reads)."""
@@ -89,7 +89,7 @@ class ObjectStore:
         (self.dir / "config.json").write_text(json.dumps({"bucket": self.bucket}))
         log = (self.dir / "holder.log").open("wb")
         self.proc = subprocess.Popen(
-            ["unshare", "--net", "--mount", "--", sys.executable, "-m", "tests.e2e.object_store",
+            ["unshare", "--net", "--mount", "--", sys.executable, "-m", "tools.object_store",
              str(self.dir)],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -212,10 +212,10 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: i
 
 
 async def _requests(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Client to server, request by request, as Google's front ends read them: the head less
-    ``Transfer-Encoding: identity`` (a no-op that Go refuses) and, on a chunked body, less
-    ``Content-Length`` (RFC 9112 6.3: chunked wins; curl sends both on TensorFlow's uploads,
-    which Go refuses too); then the body, passed on as it comes."""
+    """Client to server, request by request: the head less ``Transfer-Encoding: identity`` (a
+    no-op that Go refuses) and, on a chunked body, less ``Content-Length`` (RFC 9112 6.3: an
+    intermediary removes it; TensorFlow's curl sends both on uploads); then the body, passed on
+    as it comes."""
     while head := await reader.readuntil(b"\r\n\r\n"):
         lines = [line for line in head.split(b"\r\n")
                  if not _is_header(line, b"transfer-encoding", b"identity")]  # fmt: skip
