@@ -50,6 +50,11 @@ METADATA_PORT = 8089
 TOKEN = "stand-in-access-token"
 TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 READY_S = 30
+COUNTS_FILE = "requests.json"
+"""In the stand-in's directory: the requests the front has passed on, by method (the
+benchmark's requests per save and restore)."""
+_counts: dict[str, int] = {}
+_counts_path: list[Path] = []
 
 
 def make_certificates(directory: Path) -> Path:
@@ -211,6 +216,20 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: i
         await writer.drain()
 
 
+def _count(method: str) -> None:
+    _counts[method] = _counts.get(method, 0) + 1
+    for path in _counts_path:  # written at once: a reader sees every request passed on so far
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(_counts))
+        tmp.replace(path)
+
+
+def requests_so_far(directory: Path) -> int:
+    """Requests the front of the stand-in in ``directory`` has passed on, all methods."""
+    path = directory / COUNTS_FILE
+    return sum(json.loads(path.read_text()).values()) if path.exists() else 0
+
+
 async def _requests(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Client to server, request by request: the head less ``Transfer-Encoding: identity`` (a
     no-op that Go refuses) and, on a chunked body, less ``Content-Length`` (RFC 9112 6.3: an
@@ -219,6 +238,7 @@ async def _requests(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
     while head := await reader.readuntil(b"\r\n\r\n"):
         lines = [line for line in head.split(b"\r\n")
                  if not _is_header(line, b"transfer-encoding", b"identity")]  # fmt: skip
+        _count(lines[0].split(b" ")[0].decode(errors="replace"))
         codings = [line for line in lines if _is_header(line, b"transfer-encoding")]
         chunked = codings == [b"Transfer-Encoding: chunked"]
         if codings and not chunked:
@@ -317,6 +337,7 @@ def hold(directory: Path) -> None:
                 backend.terminate()
                 raise SystemExit(f"object store: the bucket could not be made: {err}") from err
             time.sleep(0.2)
+    _counts_path.append(directory / COUNTS_FILE)
     (directory / "ready").write_text(str(os.getpid()))
     print(f"object store: gs://{bucket} ready", flush=True)
     backend.wait()
