@@ -46,7 +46,13 @@ def passed_on(sent: bytes) -> tuple[bytes, BaseException | None]:
             return sink.data, err
         return sink.data, None
 
-    return asyncio.run(run())
+    # A loop of its own, never the thread's current one: asyncio.run would leave none set, which
+    # breaks later tests that ask for the current loop (Pulumi's mocks in test_render).
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
 
 
 @pytest.mark.parametrize(
