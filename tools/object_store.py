@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -302,6 +303,14 @@ def _create_bucket(ca: Path, bucket: str) -> None:
     urllib.request.urlopen(request, context=tls, timeout=10).read()
 
 
+def _die_with_parent() -> None:
+    """SIGTERM to fake-gcs-server when the holder dies, however it dies (a killed test run)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def hold(directory: Path) -> None:
     """The namespace's servers, until SIGTERM (run under ``unshare --net --mount``)."""
     bucket = json.loads((directory / "config.json").read_text())["bucket"]
@@ -316,6 +325,7 @@ def hold(directory: Path) -> None:
          "-public-host", API_HOSTS[1], "-external-url", f"https://{API_HOSTS[0]}",
          "-cert-location", str(cert), "-private-key-location", str(key)],
         stdout=(directory / "fake-gcs-server.log").open("wb"), stderr=subprocess.STDOUT,
+        preexec_fn=_die_with_parent,
     )  # fmt: skip
     signal.signal(signal.SIGTERM, lambda *_: (backend.terminate(), sys.exit(0)))
     metadata = ThreadingHTTPServer(("127.0.0.1", METADATA_PORT), _Metadata)
@@ -332,8 +342,9 @@ def hold(directory: Path) -> None:
         try:
             _create_bucket(directory / "ca.pem", bucket)
             break
-        except OSError as err:
-            if backend.poll() is not None or time.monotonic() > deadline:
+        except OSError as err:  # refused until fake-gcs-server listens; an answer is final
+            answered = isinstance(err, urllib.error.HTTPError)
+            if answered or backend.poll() is not None or time.monotonic() > deadline:
                 backend.terminate()
                 raise SystemExit(f"object store: the bucket could not be made: {err}") from err
             time.sleep(0.2)
