@@ -253,6 +253,12 @@ build_node_addons() {
     "sigs.k8s.io/metrics-server/cmd/metrics-server@v$METRICS_SERVER_VERSION"
 }
 
+# The gs:// scenarios' object store: a GCS JSON API server on this machine (docs/e2e.md).
+build_object_store() {
+  go_tool fake-gcs-server "$FAKE_GCS_SERVER_VERSION" \
+    "github.com/fsouza/fake-gcs-server@v$FAKE_GCS_SERVER_VERSION"
+}
+
 etcd_from_debian() {
   if ! command -v etcd >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -330,6 +336,7 @@ build_kubernetes_node
 build_node_addons
 build_pause
 build_devplugin
+build_object_store
 etcd_from_debian
 docker_from_debian
 node_from_debian

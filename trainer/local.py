@@ -43,6 +43,8 @@ from trainer.errors import (
     EXIT_RUN_CONFLICT,
     EXIT_USAGE,
 )
+from trainer.finish import SUMMARY_FILE
+from trainer.lease import read_text
 from trainer.local_cluster import LocalCluster, intra_op_threads, new_launch_id
 from trainer.rescue import RESCUE_PREFIX
 
@@ -132,10 +134,9 @@ def _summary_line(
     code: int,
     first_step_s: float | None = None,
 ) -> dict[str, Any]:
-    summary: dict[str, Any] = {}
-    path = Path(root) / "summary.json"
-    if code == EXIT_OK and path.exists():
-        summary = json.loads(path.read_text())
+    # Read as the trainer wrote it: a gs:// run directory is no local path.
+    text = read_text(f"{root.rstrip('/')}/{SUMMARY_FILE}") if code == EXIT_OK else None
+    summary: dict[str, Any] = json.loads(text) if text else {}
     return {
         "workers": workers,
         "final_step": summary.get("final_step"),

@@ -217,6 +217,21 @@ def test_worker_output_parsers():
     assert local_cluster.parse_events(split[1], "start") == []
 
 
+@pytest.mark.parametrize("scheme", ["file", "ram"])
+def test_summary_line_reads_the_runs_summary_where_it_is(tmp_path: Path, scheme: str):
+    """The last line's figures come from the run's own summary.json, local or not (``ram://``
+    stands for ``gs://``: both are read through tf.io.gfile, not the local disk)."""
+    import tensorflow as tf
+
+    root = str(tmp_path / "r1") if scheme == "file" else f"ram://{tmp_path.name}/r1"
+    tf.io.gfile.makedirs(root)
+    with tf.io.gfile.GFile(f"{root}/summary.json", "w") as f:
+        f.write(json.dumps({"final_step": 32, "loss": 0.5, "accuracy": 0.9}))
+    line = local._summary_line(2, root, 1.0, 0, 0)
+    assert (line["final_step"], line["loss"], line["accuracy"]) == (32, 0.5, 0.9), (root, line)
+    assert local._summary_line(2, root, 1.0, 0, errors.EXIT_DATA)["final_step"] is None
+
+
 @pytest.mark.slow
 def test_sigterm_restart_then_summary(tmp_path: Path):
     """A preempted worker exits EXIT_RESTART; the launcher restarts it; it resumes and ends."""
