@@ -68,6 +68,9 @@ class NetworkPoliciesArgs:
         whole_namespace: the stack owns the namespace, so the namespace-wide policies select
             every pod of it (:func:`scope_selector`).
         monitoring_namespace: where Prometheus scrapes from; ``None`` without monitoring.
+        metadata_egress: ``(CIDR, port)`` of the metadata server the workers get their
+            object-store token from: the stack's ``metadataEgress`` with a ``gs://``
+            checkpoint location, else none.
     """
 
     identity: Identity
@@ -77,6 +80,7 @@ class NetworkPoliciesArgs:
     nccl: bool
     whole_namespace: bool
     monitoring_namespace: str | None
+    metadata_egress: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_config(cls, cfg: StackConfig) -> NetworkPoliciesArgs:
@@ -88,6 +92,9 @@ class NetworkPoliciesArgs:
             nccl=uses_nccl(cfg),
             whole_namespace=cfg.owns_namespace,
             monitoring_namespace=cfg.monitoring.namespace if cfg.monitoring.enabled else None,
+            metadata_egress=(
+                cfg.cluster.metadata_egress if (cfg.storage.uri or "").startswith("gs://") else ()
+            ),
         )
 
 
@@ -232,6 +239,23 @@ def network_policies(args: NetworkPoliciesArgs) -> list[Policy]:
                         to=[https_peer(c) for c in args.cluster.egress_https_cidrs],
                         ports=_ports("TCP", 443),
                     )
+                ],
+            )
+        )
+    if args.metadata_egress:
+        # A gs:// checkpoint location's token (GKE Workload Identity): the metadata server is
+        # link-local, which the HTTPS rule excepts, and answers on its own port.
+        policies.append(
+            _policy(
+                args,
+                "metadata-egress",
+                pod_selector=selector(args.identity),
+                policy_types=["Egress"],
+                egress=[
+                    k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+                        to=[_ip_block(block)], ports=_ports("TCP", port)
+                    )
+                    for block, port in args.metadata_egress
                 ],
             )
         )

@@ -18,7 +18,7 @@ from typing import Any
 
 MINIKUBE = "minikube"
 GENERIC_CLOUD = "cloud"
-CLOUD_KEYS = ("gpuNodeSelector", "gpuTolerations", "checkpointStorageClass")
+CLOUD_KEYS = ("gpuNodeSelector", "gpuTolerations", "checkpointStorageClass", "metadataEgress")
 """The stack keys a cloud gives defaults (:meth:`Cloud.settings`)."""
 
 
@@ -36,6 +36,9 @@ class Cloud:
         checkpoint_storage_class: a ReadWriteMany StorageClass the provider's CSI driver
             offers (``checkpointStorageClass``).
         registry_example: ``imageRegistry`` as the provider's registry names it.
+        metadata_egress: ``metadataEgress`` entries (``CIDR:port``) of the metadata server
+            that gives a pod its object-store credentials; none where a pod's identity comes
+            without one.
     """
 
     name: str
@@ -44,6 +47,7 @@ class Cloud:
     gpu_tolerations: tuple[str, ...]
     checkpoint_storage_class: str
     registry_example: str
+    metadata_egress: tuple[str, ...] = ()
 
     def settings(self) -> dict[str, Any]:
         """The stack keys this cloud gives defaults, as a stack file would write them."""
@@ -51,6 +55,7 @@ class Cloud:
             list(self.gpu_node_selector),
             list(self.gpu_tolerations),
             self.checkpoint_storage_class,
+            list(self.metadata_egress),
         )
         return dict(zip(CLOUD_KEYS, values, strict=True))
 
@@ -61,6 +66,8 @@ CLOUDS: dict[str, Cloud] = {
         # GKE labels GPU nodes with the accelerator type (nvidia-l4, nvidia-tesla-t4, ...) and
         # taints GPU pools nvidia.com/gpu=present:NoSchedule; Filestore CSI's class is
         # standard-rwx; Artifact Registry: <region>-docker.pkg.dev/<project>/<repository>.
+        # Workload Identity's GKE metadata server: 169.254.169.254:80 with Dataplane V2, else
+        # 169.254.169.252:988 (GKE's Workload Identity restrictions; docs/infra.md).
         Cloud(
             "gke",
             "GKE",
@@ -68,6 +75,7 @@ CLOUDS: dict[str, Cloud] = {
             ("nvidia.com/gpu=present:NoSchedule",),
             "standard-rwx",
             "us-central1-docker.pkg.dev/my-project/tfd",
+            ("169.254.169.254/32:80", "169.254.169.252/32:988"),
         ),
         # EKS GPU node groups carry k8s.amazonaws.com/accelerator (Karpenter:
         # karpenter.k8s.aws/instance-gpu-count) and are tainted nvidia.com/gpu with value

@@ -47,6 +47,14 @@ IMAGE_TEXT = Text(empty=True)
 (shared with ``infra/image.py``, and dependent on ``imageReference`` and ``clusterKind``)."""
 
 
+def cidr_port(text: str) -> tuple[str, int]:
+    """``CIDR:port`` (``169.254.169.254/32:80``) as the CIDR and the TCP port."""
+    block, sep, port = text.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(text)
+    return cidr(block), int(port)
+
+
 def cidrs(example: str) -> Strings:
     """An array of CIDRs (host bits zero), e.g. ``example``."""
     return Strings(cidr, f"each entry must be a CIDR such as {example!r}")

@@ -12,6 +12,7 @@ from infra.config.key import (
     RETENTION_POLICIES,
     TOLERATION_RULE,
     Key,
+    cidr_port,
     cidrs,
 )
 from infra.config.kinds import (
@@ -119,8 +120,15 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             [],
             "CIDRs the workers may reach on TCP 443 (dataset downloads such as 'mnist', gs:// "
             "data and checkpoints). Empty = no egress beyond peers, DNS and the API "
-            "server. Metadata-server credentials (169.254.169.254:80) need an extra policy "
-            "(docs/infra.md).",
+            "server. A gs:// checkpointUri's credentials come from metadataEgress.",
+        ),
+        Key(
+            "metadataEgress",
+            Strings(cidr_port, "each entry must be CIDR:port such as '169.254.169.254/32:80'"),
+            [],
+            "The metadata server the workers get object-store credentials from, as CIDR:port "
+            "entries, allowed only with a gs:// checkpointUri (GKE Workload Identity). "
+            "clusterKind gke fills in GKE's metadata server (docs/infra.md); empty = none.",
         ),
         Key(
             "dnsEgressCidrs",

@@ -45,6 +45,8 @@ class ClusterConfig:
             the pods may query on port 53.
         egress_https_cidrs: CIDRs the workers may reach on TCP 443 (dataset downloads, object
             stores); empty = no egress beyond peers, DNS and the API server.
+        metadata_egress: ``(CIDR, port)`` of the metadata server giving object-store
+            credentials (allowed only with a ``gs://`` checkpoint location).
     """
 
     kind: str
@@ -55,6 +57,7 @@ class ClusterConfig:
     api_server_ports: tuple[int, ...]
     egress_https_cidrs: tuple[str, ...] = ()
     dns_egress_cidrs: tuple[str, ...] = ()
+    metadata_egress: tuple[tuple[str, int], ...] = ()
 
     @property
     def is_cloud(self) -> bool:

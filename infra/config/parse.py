@@ -116,6 +116,7 @@ def build(
             api_server_ports=v["apiServerPorts"],
             egress_https_cidrs=v["egressHttpsCidrs"],
             dns_egress_cidrs=v["dnsEgressCidrs"],
+            metadata_egress=v["metadataEgress"],
         ),
         workers=WorkerConfig(
             replicas=v["replicas"],

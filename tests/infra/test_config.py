@@ -299,6 +299,28 @@ INVALID = [
     # a bare address: a NetworkPolicy's ipBlock needs a prefix length
     ("prod", {P + "egressHttpsCidrs": ["10.0.0.1"]}, "egressHttpsCidrs", "CIDR such", "10.0.0.1"),
     ("dev", {P + "apiServerCidrs": ["10.96.0.1"]}, "apiServerCidrs", "CIDR such", "10.96.0.1"),
+    # a metadata server without its port, or with one out of range
+    (
+        "gke",
+        {P + "metadataEgress": ["169.254.169.254/32"]},
+        "metadataEgress",
+        "CIDR:port such",
+        "'169.254.169.254/32'",
+    ),
+    (
+        "gke",
+        {P + "metadataEgress": ["169.254.169.254/32:0"]},
+        "metadataEgress",
+        "CIDR:port such",
+        "'169.254.169.254/32:0'",
+    ),
+    (
+        "gke",
+        {P + "metadataEgress": ["169.254.169.254:80"]},
+        "metadataEgress",
+        "CIDR:port such",
+        "'169.254.169.254:80'",
+    ),
     # quantities past what a node or a volume gives
     ("dev", {P + "cpuLimit": "1e23"}, "cpuLimit", "of CPU from 1m to 1024", "1e23"),
     ("dev", {P + "cpuRequest": "1e-9"}, "cpuRequest", "of CPU from 1m to 1024", "1e-9"),
