@@ -96,6 +96,11 @@ def run(config: Config, env: Mapping[str, str]) -> int:
     replicas = state.replicas if source_api and state is not None else None
     if replicas is not None and _ordinal(env) >= replicas:
         return _surplus(env, replicas, metrics, stop)
+    asked = _template_replicas(env)
+    if state is not None and asked is not None and asked <= _ordinal(env) < state.replicas:
+        # A new template asks for fewer workers than the StatefulSet still counts (the count
+        # is patched once the rollout is done): this pod goes when it is, and trains nothing.
+        return _surplus(env, asked, metrics, stop, f"the template's {contract.ENV_REPLICAS}")
 
     spec = contract.cluster_spec_from_env(env, replicas)
     metrics.place(spec.task_index, spec.num_workers)
@@ -211,18 +216,32 @@ def _ordinal(env: Mapping[str, str]) -> int:
     )
 
 
+def _template_replicas(env: Mapping[str, str]) -> int | None:
+    """``TFD_REPLICAS`` of this pod's template; ``None`` when unset or not a number (the
+    cluster spec's own check then names it)."""
+    with contextlib.suppress(ValueError):
+        return int(env.get(contract.ENV_REPLICAS, "").strip())
+    return None
+
+
 def _supervisor_restarts(env: Mapping[str, str]) -> int:
     with contextlib.suppress(ValueError):
         return max(0, int(env.get(contract.ENV_SUPERVISOR_RESTARTS, "0") or 0))
     return 0
 
 
-def _surplus(env: Mapping[str, str], replicas: int, metrics: Metrics, stop: StopSignal) -> int:
+def _surplus(
+    env: Mapping[str, str],
+    replicas: int,
+    metrics: Metrics,
+    stop: StopSignal,
+    source: str = "live replicas",
+) -> int:
     ordinal = _ordinal(env)
     log = Log(ordinal)
     metrics.place(ordinal, replicas)
     metrics.ready = True
-    log.event("surplus", reason=f"ordinal {ordinal} >= live replicas {replicas}: the "
+    log.event("surplus", reason=f"ordinal {ordinal} >= {source} {replicas}: the "
               "StatefulSet is scaling down; waiting for termination")  # fmt: skip
     stop.event.wait()
     return EXIT_OK

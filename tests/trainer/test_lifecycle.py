@@ -181,6 +181,28 @@ def test_surplus_pod_waits_for_termination(api: FakeApi, tmp_path: Path):
     assert "error" not in err
 
 
+def test_a_pod_of_a_smaller_template_waits_while_the_statefulset_still_counts_it(
+    api: FakeApi, tmp_path: Path
+):
+    """3 -> 2 workers in a new template: the count is patched after the rollout, so the
+    recreated tfd-worker-2 reads TFD_REPLICAS=2 while the StatefulSet counts 3. It must wait to
+    be removed (Ready, training nothing), not fail its ordinal check: a crash-looping pod would
+    hold the rollout, and with it the new count, forever."""
+    api.replicas = 3
+    env = worker_envs(3, str(tmp_path / "run-1"))[2] | api.env(tmp_path / "token")
+    env[contract.ENV_REPLICAS] = "2"
+    proc = _start(env)
+    deadline = time.time() + 60
+    line = ""
+    while proc.stdout is not None and '"event": "surplus"' not in line:
+        assert time.time() < deadline and proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+        line = proc.stdout.readline()
+    assert "ordinal 2 >= the template's TFD_REPLICAS 2" in line, line
+    code, _, err = _terminate(proc)
+    assert code == EXIT_OK, err[-1000:]
+    assert not (tmp_path / "run-1" / "checkpoints").exists(), "a surplus pod trained"
+
+
 def test_supervisor_restart_count_is_exported(api: FakeApi, tmp_path: Path):
     """TFD_SUPERVISOR_RESTARTS and the run id reach /metrics of a (finished, idle) worker."""
     import urllib.request
