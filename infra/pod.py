@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -65,19 +66,9 @@ def trainer_flags(t: TrainingConfig) -> contract.TrainerFlags:
     return contract.TrainerFlags(**dict(t.extra_flags), **_stack_flags(t))
 
 
-def _stack_flags(t: TrainingConfig) -> dict[str, str | int]:
-    return {
-        "dataset": t.dataset,
-        "epochs": t.epochs,
-        "batch_size": t.batch_size,
-        "steps_per_epoch": t.steps_per_epoch,
-        "checkpoint_every": t.checkpoint_every,
-        "collective": t.collective,
-        "collective_timeout": t.collective_timeout_seconds,
-        "heartbeat_timeout": t.heartbeat_timeout_seconds,
-        "on_done": t.on_done,
-        "precision": t.precision,
-    }
+def _stack_flags(t: TrainingConfig) -> dict[str, Any]:
+    """The flags of the stack's keys that set one (``infra.config.key.Key.flag``)."""
+    return dict(t.stack_flags)
 
 
 def trainer_args(t: TrainingConfig) -> list[str]:

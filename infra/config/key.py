@@ -70,6 +70,9 @@ class Key:
         default: what the Pulumi CLI applies when a stack does not set it.
         about: its description; ``{range}`` stands for the kind's bounds.
         group: the section of ``Pulumi.yaml`` and of the reference it belongs to.
+        flag: the trainer flag the key sets (its ``TrainerFlags`` field); ``""``: none. The
+            pod's ``args`` carry it from the key's value (``infra.pod``), and ``trainerFlags``
+            refuses it: declaring it here is all a key needs to reach the trainer.
     """
 
     name: str
@@ -77,6 +80,7 @@ class Key:
     default: Any
     about: str
     group: str = ""
+    flag: str = ""
 
     @property
     def description(self) -> str:

@@ -27,13 +27,14 @@ both share in :mod:`infra.config.key`; here they become one mapping, in ``Pulumi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from infra.config import keys_cluster, keys_run
 from infra.config.key import Key
 
 KEYS: dict[str, Key] = {
-    key.name: Key(key.name, key.kind, key.default, key.about, group)
+    key.name: replace(key, group=group)
     for group, keys in (keys_cluster.GROUPS | keys_run.GROUPS).items()
     for key in keys
 }

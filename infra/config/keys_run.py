@@ -40,21 +40,6 @@ from trainer.contract import (
     Interval,
 )
 
-OWN_FLAG_KEYS: dict[str, str] = {
-    "dataset": "dataset",
-    "epochs": "epochs",
-    "batch_size": "batchSize",
-    "steps_per_epoch": "stepsPerEpoch",
-    "checkpoint_every": "checkpointEvery",
-    "collective": "collective",
-    "collective_timeout": "collectiveTimeoutSeconds",
-    "heartbeat_timeout": "heartbeatTimeoutSeconds",
-    "on_done": "onDone",
-    "precision": "precision",
-}
-"""The trainer flags that have a stack key of their own (flag field -> key): ``trainerFlags``
-refuses them, and ``infra.pod`` writes them from those keys."""
-
 GROUPS: dict[str, tuple[Key, ...]] = {
     "The training run": (
         Key(
@@ -79,6 +64,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             " CPUs and GPUs; the stack stays without diff and the HPA leaves a StatefulSet at "
             "zero alone) or 'idle' (pods stay up, serving the final metrics, until pulumi "
             "destroy).",
+            flag="on_done",
         ),
     ),
     "Training (flags of python -m trainer)": (
@@ -88,12 +74,14 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             FLAGS.dataset,
             "--dataset: 'synthetic', 'mnist', or a .npz/TFRecord path or gs:// URI "
             "reachable from the pods.",
+            flag="dataset",
         ),
         Key(
             "epochs",
             Whole(EPOCHS),
             FLAGS.epochs,
             "--epochs ({range}).",
+            flag="epochs",
         ),
         Key(
             "batchSize",
@@ -101,18 +89,21 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             FLAGS.batch_size,
             "--batch-size, examples per replica per step ({range}); the global batch is this x "
             "replicas (one replica per GPU, or per worker on CPU).",
+            flag="batch_size",
         ),
         Key(
             "stepsPerEpoch",
             Whole(STEPS_PER_EPOCH),
             FLAGS.steps_per_epoch,
             "--steps-per-epoch ({range}; 0 = examples // global batch).",
+            flag="steps_per_epoch",
         ),
         Key(
             "checkpointEvery",
             Whole(CHECKPOINT_EVERY),
             FLAGS.checkpoint_every,
             "--checkpoint-every, global steps between checkpoints ({range}).",
+            flag="checkpoint_every",
         ),
         Key(
             "collective",
@@ -121,6 +112,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             "--collective: 'auto', 'ring' or 'nccl' (nccl needs gpusPerWorker >= 1). With GPUs,"
             " 'nccl' and 'auto' (which picks NCCL) open worker-to-worker TCP on every port; "
             "otherwise only grpcPort.",
+            flag="collective",
         ),
         Key(
             "collectiveTimeoutSeconds",
@@ -128,6 +120,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             int(FLAGS.collective_timeout),
             "--collective-timeout in seconds ({range}); 0 = off, dead peers are found by the "
             "heartbeat (TensorFlow starts a thread per collective when a timeout is set).",
+            flag="collective_timeout",
         ),
         Key(
             "heartbeatTimeoutSeconds",
@@ -136,6 +129,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             "--heartbeat-timeout in seconds ({range}). A frozen or killed peer is detected "
             "within about this long; raise it on heavily loaded nodes, where a late heartbeat "
             "would otherwise end a healthy job.",
+            flag="heartbeat_timeout",
         ),
         Key(
             "precision",
@@ -145,10 +139,11 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             ">= 8.0, CPUs with AMX; else fp32), 'fp32', 'bf16' (refused "
             "by the trainer on hardware without native bfloat16) or 'fp16' (with loss scaling; "
             "needs gpusPerWorker >= 1). Checkpoints restore across a change.",
+            flag="precision",
         ),
         Key(
             "trainerFlags",
-            TrainerFlagList(OWN_FLAG_KEYS),
+            TrainerFlagList(lambda: OWN_FLAG_KEYS),
             [],
             "Any other flag of python -m trainer (docs/trainer.md lists them), as 'flag=value' "
             "entries ('--' optional; a boolean flag alone), e.g. ['learning-rate=0.01', "
@@ -347,3 +342,9 @@ GROUPS: dict[str, tuple[Key, ...]] = {
         ),
     ),
 }
+
+OWN_FLAG_KEYS: dict[str, str] = {
+    key.flag: key.name for keys in GROUPS.values() for key in keys if key.flag
+}
+"""The trainer flags that have a stack key of their own (flag field -> key), from the keys'
+``flag``: ``trainerFlags`` refuses them, and ``infra.pod`` writes them from those keys."""

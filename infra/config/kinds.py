@@ -239,10 +239,12 @@ class TrainerFlagList:
     """Flags of ``python -m trainer`` that have no stack key of their own, as ``flag=value``
     entries (``--`` optional; a boolean flag alone). They are read by the trainer's own parser
     (:meth:`trainer.contract.TrainerFlags.from_argv`), so each flag's rule and message are the
-    trainer's; a flag that has its own key (``owned``: flag field -> key) is refused, naming it.
+    trainer's; a flag that has its own key (``owned()``: flag field -> key) is refused, naming
+    it. ``owned`` is called when a value is read: the keys that own flags are declared beside
+    this one.
     """
 
-    owned: Mapping[str, str]
+    owned: Callable[[], Mapping[str, str]]
     pulumi_type = "array"
     items_type = "string"
 
@@ -254,8 +256,9 @@ class TrainerFlagList:
         for entry in items:
             flag = entry.strip() if entry.strip().startswith("--") else f"--{entry.strip()}"
             field = flag.partition("=")[0][2:].replace("-", "_")
-            if field in self.owned:
-                broken.append((f"{flag.partition('=')[0]} is set by the key {self.owned[field]}",
+            owned = self.owned()
+            if field in owned:
+                broken.append((f"{flag.partition('=')[0]} is set by the key {owned[field]}",
                                entry))  # fmt: skip
             argv.append(flag)
             named.append(field)

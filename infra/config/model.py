@@ -151,6 +151,8 @@ class TrainingConfig:
         precision: ``auto``, ``fp32``, ``bf16`` or ``fp16`` (``fp16`` needs GPUs).
         extra_flags: the trainer's other flags (``trainerFlags``) as ``(field, value)`` pairs,
             parsed by the trainer's own parser.
+        stack_flags: the flags of the keys that set one (``Key.flag``) as ``(field, value)``
+            pairs: what the pod's ``args`` always state.
     """
 
     dataset: str
@@ -165,6 +167,7 @@ class TrainingConfig:
     on_done: str = default_of("onDone")
     precision: str = default_of("precision")
     extra_flags: tuple[tuple[str, Any], ...] = ()
+    stack_flags: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

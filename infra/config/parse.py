@@ -151,6 +151,7 @@ def build(
             on_done=v["onDone"],
             precision=v["precision"],
             extra_flags=v["trainerFlags"],
+            stack_flags=tuple((k.flag, v[k.name]) for k in KEYS.values() if k.flag),
         ),
         autoscaling=AutoscalingConfig(
             enabled=v["autoscalingEnabled"],
