@@ -142,6 +142,15 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             flag="precision",
         ),
         Key(
+            "allowCpuFallback",
+            Boolean(),
+            FLAGS.allow_cpu_fallback,
+            "--allow-cpu-fallback: train on the CPU when a worker was given GPUs that "
+            "TensorFlow cannot see (no driver, no NVIDIA runtime, a CPU image), instead of "
+            "stopping with exit 3 and a line naming what to check.",
+            flag="allow_cpu_fallback",
+        ),
+        Key(
             "trainerFlags",
             TrainerFlagList(lambda: OWN_FLAG_KEYS),
             [],

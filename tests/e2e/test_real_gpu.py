@@ -4,7 +4,7 @@
 A stack asking one GPU per worker for one worker more than the node has, on the node labelled
 and tainted as a GPU pool (here only): ``tfd submit`` stops at the trainer's own line (its
 TensorFlow sees no GPU), the worker beyond the devices stays Pending and ``tfd status`` says
-why, the quota counts the GPUs; then ``allow-cpu-fallback`` (``trainerFlags``) and as many
+why, the quota counts the GPUs; then ``allowCpuFallback`` (the stack key) and as many
 workers as devices train to ``DONE``, each container given its own device by the kubelet.
 
 The tests run in file order on one stack (each step needs the one before).
@@ -161,13 +161,12 @@ def test_workers_without_a_visible_gpu_stop_and_the_one_beyond_the_devices_waits
 
 def test_cpu_fallback_trains_to_done_one_device_per_worker(project: Project, kube: Kube) -> None:
     started = time.monotonic()
-    # A new run (its StatefulSet replaced, created at the new size). `--continue` with the lower
-    # count fails: the new template (TFD_REPLICAS=2) is applied while the StatefulSet still
-    # counts 3 (the size patch waits for the update's rollout, which waits for 3 Ready pods),
-    # submit deletes the crash-looping workers so they start on it, and the new worker 2
-    # refuses its ordinal (exit 3). Healthy workers roll out at the old count first.
+    # A new run (its StatefulSet replaced, created at the new size). A `--continue` at the lower
+    # count meets the new template (TFD_REPLICAS=2) while the StatefulSet still counts 3 (the
+    # size patch waits for the rollout): worker 2 then waits as surplus (trainer.lifecycle),
+    # which this scenario does not exercise.
     result = tfd(
-        project, "submit", "--run-id", "gpu-cpu", "--set", 'trainerFlags=["allow-cpu-fallback"]',
+        project, "submit", "--run-id", "gpu-cpu", "--set", "allowCpuFallback=true",
         "--set", f"replicas={STAND_IN_GPUS}", "--follow", "--timeout", "8m", timeout=720,
     )  # fmt: skip
     log_figure("tfd submit of a new run with the CPU fallback to DONE", time.monotonic() - started)

@@ -39,6 +39,13 @@ INVALID = [
     ),
     (
         "dev",
+        {P + "trainerFlags": ["allow-cpu-fallback"]},
+        "trainerFlags",
+        "--allow-cpu-fallback is set by the key allowCpuFallback",
+        "'allow-cpu-fallback'",
+    ),
+    (
+        "dev",
         {P + "trainerFlags": ["learning-rate=-1"]},
         "trainerFlags",
         "--learning-rate: must be a number in (0, 10]",
@@ -522,6 +529,17 @@ def test_shared_rules_accept_their_bounds(overrides, field, expected):
 def test_replicas_bounds_are_accepted(replicas, hpa):
     overrides = {P + "replicas": replicas, P + "autoscalingEnabled": hpa}
     assert parse_config(*stack_config("prod", overrides), {}).workers.replicas == replicas
+
+
+@pytest.mark.parametrize(("value", "present"), [("true", True), ("false", False)])
+def test_a_key_that_declares_its_flag_reaches_the_trainer(value, present):
+    # allowCpuFallback declares flag="allow_cpu_fallback" and nothing else: the pod's args
+    # carry it, and trainerFlags refuses it (above).
+    from infra.pod import trainer_args
+
+    cfg = parse_config(*stack_config("prod", {P + "allowCpuFallback": value}), {})
+    args = trainer_args(cfg.training)
+    assert ("--allow-cpu-fallback" in args) is present, args
 
 
 @pytest.mark.parametrize(
