@@ -4,11 +4,11 @@ after their last call, so the restart resumes there instead of at the last perio
 Under MultiWorkerMirroredStrategy every worker holds the same variables once a call has ended
 (the call ends with an all-reduce that reads the weights after the call's last update). A call
 that a peer's loss interrupts leaves them part-way through a step, which is no state to resume
-from; so after each call every worker copies its checkpointed variables into host memory
-(:meth:`Rescue.snapshot`, one traced function: 1.0 ms a call for the built-in model's 2.1
-million values, 100 ms to trace once per process, ``python -m benchmarks.rescue_copy``; the
-same copy an asynchronous save makes). When the loop fails because a peer is gone, the worker
-puts that copy back and writes it (:meth:`Rescue.write`) to a directory of its own,
+from; so after a call every worker copies its checkpointed variables into host memory
+(:meth:`Rescue.snapshot`, one traced function, the same copy an asynchronous save makes; after
+every ``k``-th call and only within a memory budget, :mod:`trainer.rescue_plan`; figures by
+model size: ``python -m benchmarks.rescue_copy``). When the loop fails because a peer is gone,
+the worker puts that copy back and writes it (:meth:`Rescue.write`) to a directory of its own,
 ``checkpoints/rescue-<task>``: a checkpoint like the chief's (its files first, then its state
 file), written by that worker alone, so survivors never write the same files. It is written under
 a temporary name (``rescue-<task>.tmp``) and renamed once complete, so the chief's pruning, which
