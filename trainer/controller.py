@@ -35,6 +35,7 @@ from trainer.errors import (
 )
 from trainer.finish import classify, finish
 from trainer.rescue import Rescue
+from trainer.rescue_plan import Cadence
 from trainer.saver import Saver
 from trainer.summaries import Summaries
 from trainer.watch import StatefulSetWatch
@@ -161,6 +162,13 @@ class Controller:
         self.summaries = summaries or Summaries("")
         self.rescue = rescue
         """The host copy written when a peer is lost (None: one worker, or turned off)."""
+        self.cadence: Cadence | None = None
+        """Which calls the rescue copy follows, agreed through each call's all-reduce."""
+        if rescue is not None:  # logged once: kept or not, its bytes and the budget
+            spec = ctx.spec
+            self.cadence = Cadence(spec.task_index, spec.num_workers,
+                                   schedule.replicas_per_worker, rescue.kept)  # fmt: skip
+            ctx.log.event("rescue_copy", **rescue.budget.fields())
         self.world_changed = threading.Event()
         self.rollout = threading.Event()
         self.watch: StatefulSetWatch | None = None
@@ -222,17 +230,22 @@ class Controller:
             # [stop (SIGTERM, world size), rollout]: summed over workers by the all-reduce.
             flags = [ctx.stop.event.is_set() or self.world_changed.is_set(),
                      self.rollout.is_set()]  # fmt: skip
+            if self.cadence is not None:  # then one slot per worker: its rescue cadence
+                flags += self.cadence.proposals()
             t_call = time.time()
             out = task.train(k, flags)
             step += k
             now = time.time()
+            first = not t_first_done  # the call that traced: not a call's time
             if t_first_done:
                 steps_after_first += k
             else:
                 t_first_done = now
                 ctx.log.event("first_step", step=step)
             steps_since_log += k
-            loss_sum, correct, count, broken, stop_votes, rollout_votes = (float(v) for v in out)
+            loss_sum, correct, count, broken, stop_votes, rollout_votes, *slots = (
+                float(v) for v in out
+            )
             # All-reduced figures: every worker stops here together, before any save, so the
             # latest checkpoint predates the bad step.
             if broken or not math.isfinite(loss_sum):
@@ -259,7 +272,9 @@ class Controller:
             if self.rescue is not None:
                 # The state after this call, for a peer's loss: after the epoch's figures and
                 # the evaluation, which a resume from it would otherwise never redo.
-                self.rescue.snapshot(step)
+                # A call cut short (a checkpoint, an epoch end) counts as a full one's time.
+                full = (now - t_call) * s.steps_per_call / k
+                self._rescue_copy(step, None if first else full, slots)
             if now - t_log >= ctx.config.log_every or step == total:
                 rate = steps_since_log * s.global_batch / max(now - t_log, 1e-9)
                 self._progress(step, rate, loss_sum, correct, count)
@@ -270,6 +285,20 @@ class Controller:
         elapsed = time.time() - t_first_done if t_first_done else 0.0
         rate = steps_after_first * s.global_batch / elapsed if steps_after_first else 0.0
         return step, rate
+
+    def _rescue_copy(self, step: int, call_s: float | None, slots: Sequence[float]) -> None:
+        """Copy after this call when the workers' agreed cadence says so (every worker takes
+        the same decision from the same all-reduced slots); log a new ``k``."""
+        assert self.rescue is not None and self.cadence is not None
+        cadence, k = self.cadence, self.cadence.k
+        if call_s is not None:
+            cadence.record_call(call_s)
+        if cadence.agree(slots):
+            cadence.record_copy(self.rescue.snapshot(step))
+        if cadence.k != k and self.rescue.kept:
+            self.ctx.log.event("rescue_copy", step=step, every=cadence.k,
+                               steps_at_most=cadence.k * self.schedule.steps_per_call,
+                               proposal=cadence.proposal())  # fmt: skip
 
     def _end_epoch(self, task: Steps, step: int, sums: list[float]) -> None:
         loss, acc = sums[0] / sums[2], sums[1] / sums[2]

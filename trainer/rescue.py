@@ -4,11 +4,11 @@ after their last call, so the restart resumes there instead of at the last perio
 Under MultiWorkerMirroredStrategy every worker holds the same variables once a call has ended
 (the call ends with an all-reduce that reads the weights after the call's last update). A call
 that a peer's loss interrupts leaves them part-way through a step, which is no state to resume
-from; so after each call every worker copies its checkpointed variables into host memory
-(:meth:`Rescue.snapshot`, one traced function: 1.0 ms a call for the built-in model's 2.1
-million values, 100 ms to trace once per process, ``python -m benchmarks.rescue_copy``; the
-same copy an asynchronous save makes). When the loop fails because a peer is gone, the worker
-puts that copy back and writes it (:meth:`Rescue.write`) to a directory of its own,
+from; so after a call every worker copies its checkpointed variables into host memory
+(:meth:`Rescue.snapshot`, one traced function, the same copy an asynchronous save makes; after
+every ``k``-th call and only within a memory budget, :mod:`trainer.rescue_plan`; figures by
+model size: ``python -m benchmarks.rescue_copy``). When the loop fails because a peer is gone,
+the worker puts that copy back and writes it (:meth:`Rescue.write`) to a directory of its own,
 ``checkpoints/rescue-<task>``: a checkpoint like the chief's (its files first, then its state
 file), written by that worker alone, so survivors never write the same files. It is written under
 a temporary name (``rescue-<task>.tmp``) and renamed once complete, so the chief's pruning, which
@@ -36,6 +36,7 @@ from typing import Any
 from trainer import checkpoints
 from trainer.checkpoints import Progress
 from trainer.logs import Log
+from trainer.rescue_plan import Budget, memory_limit
 
 RESCUE_PREFIX = "rescue-"
 """``checkpoints/rescue-<task>/``: the checkpoint a worker wrote as a peer was lost."""
@@ -48,7 +49,9 @@ class Rescue:
     """One worker's host copy of its checkpointed variables, and the write of it on a loss."""
 
     def __init__(self, checkpoint: Any, step_var: Any, root: str, task_index: int, start: int,
-                 log: Log, progress: Progress) -> None:  # fmt: skip
+                 log: Log, progress: Progress, memory_fraction: float = 1.0) -> None:  # fmt: skip
+        """``memory_fraction``: the copy is kept only within this share of the container's
+        memory limit (:class:`trainer.rescue_plan.Budget`, ``--rescue-memory-fraction``)."""
         import tensorflow as tf
 
         self.checkpoint = checkpoint
@@ -58,14 +61,21 @@ class Rescue:
         self.log = log
         self.progress = progress
         self.variables = checkpointed_variables(checkpoint)
+        limit, source = memory_limit()
+        self.budget = Budget(copy_bytes(self.variables), memory_fraction, limit, source)
+        self.kept = self.budget.kept
+        """False: over the budget, no copy is held and a loss writes no rescue."""
         with tf.device("/cpu:0"):  # host memory: a GPU worker's copy must not take GPU memory
             self.copies = [
                 tf.Variable(v.read_value(), trainable=False, name=f"rescue_{i}")
-                for i, v in enumerate(self.variables)
+                for i, v in enumerate(self.variables if self.kept else ())
             ]
         # One function for the whole copy: an eager assign per variable cost 12 ms a call for
         # the built-in model's 21 variables (benchmarks/rescue_copy.py), a traced one far less.
+        # Traced here, so that the first copy's time is a copy's (the cadence measures it).
         self._copy = tf.function(self._assign_copies, autograph=False)
+        if self.kept:
+            self._copy.get_concrete_function()
         self.step = start
         """The step the copies hold."""
         self.start = start
@@ -75,11 +85,15 @@ class Rescue:
         for copy, variable in zip(self.copies, self.variables, strict=True):
             copy.assign(variable.read_value())
 
-    def snapshot(self, step: int) -> None:
+    def snapshot(self, step: int) -> float:
         """Copy the variables as they are after the call that ended at ``step`` and what the
-        loop did after it (the epoch's figures, the evaluation)."""
+        loop did after it (the epoch's figures, the evaluation); returns its seconds."""
+        if not self.kept:
+            return 0.0
+        t0 = time.perf_counter()
         self._copy()
         self.step = step
+        return time.perf_counter() - t0
 
     def write(self) -> None:
         """Write the copy to ``checkpoints/rescue-<task>`` when it is further on than the
@@ -88,6 +102,8 @@ class Rescue:
         (``warning``), never raised: the loss is the error to report."""
         import tensorflow as tf
 
+        if not self.kept:
+            return
         latest = checkpoints.latest_on_disk(self.checkpoints, None)
         mine = self.progress.at(self.step, self.progress.global_batch)
         if self.step <= self.start or (latest and self.progress.of(latest) >= mine):
@@ -173,6 +189,11 @@ def _remove(path: str) -> None:
 
     with contextlib.suppress(tf.errors.NotFoundError):
         tf.io.gfile.rmtree(path)
+
+
+def copy_bytes(variables: list[Any]) -> int:
+    """The host memory a copy of ``variables`` takes."""
+    return sum(int(v.shape.num_elements() or 0) * v.dtype.size for v in variables)
 
 
 def checkpointed_variables(checkpoint: Any) -> list[Any]:

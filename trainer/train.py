@@ -117,7 +117,7 @@ class Worker:
         if n > 1 and not cfg.no_rescue_checkpoint:
             progress = checkpoints.Progress.of_run(cfg, schedule.global_batch)
             rescue = Rescue(task.checkpoint, task.step_var, ctx.root, ctx.spec.task_index, start,
-                            log, progress)  # fmt: skip
+                            log, progress, cfg.rescue_memory_fraction)  # fmt: skip
         controller = Controller(ctx, schedule, manager, task.step_var, temp_dir, summaries,
                                 rescue)  # fmt: skip
         controller.watch_statefulset()

@@ -196,12 +196,17 @@ def test_kill_9_then_resume(trained: dict[str, Any], tmp_path: Path):
     assert again.wait(timeout_s=180) == [0, 0], again.procs[0].lines[-20:]
     resumed = [p.events("resume")[0]["step"] for p in again.procs]
     assert resumed[0] == resumed[1] > 0, resumed
-    # The survivor saved the model as of its last call (trainer.rescue): nothing it had
-    # logged is trained again.
+    # The survivor saved the model as of its last copy (trainer.rescue), taken after every
+    # k-th call (trainer.rescue_plan): the restart recomputes at most k - 1 of the calls it had
+    # logged, from that rescue or from a periodic checkpoint further on.
+    every = [e["every"] for e in survivor.events("rescue_copy") if "every" in e][-1:] or [1]
+    assert resumed[0] >= reached - (every[0] - 1) * 4, (resumed, reached, f"every {every[0]}")
     [rescue] = survivor.events("rescue") or [None]
-    assert rescue is not None, survivor.lines[-20:]
-    assert resumed[0] == rescue["step"] >= reached, (resumed, rescue, reached)
-    assert again.procs[0].events("resume")[0]["checkpoint"] == rescue["path"], resumed
+    if rescue is not None:
+        assert resumed[0] == rescue["step"], (resumed, rescue)
+        assert again.procs[0].events("resume")[0]["checkpoint"] == rescue["path"], resumed
+    else:
+        assert resumed[0] % CHECKPOINT_EVERY == 0, f"no rescue: resumed at {resumed}"
     summary = json.loads((tmp_path / "summary.json").read_text())
     uninterrupted = json.loads((trained["root"] / "summary.json").read_text())
     assert summary["final_step"] == uninterrupted["final_step"]

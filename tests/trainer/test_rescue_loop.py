@@ -89,7 +89,7 @@ def _run(
     task.at = start
     manager, temp_dir = checkpoints.manager(task.checkpoint, str(root), ctx.is_chief, task_index)
     rescue = Rescue(task.checkpoint, task.step, str(root), task_index, start, ctx.log,
-                    Progress(BATCH))  # fmt: skip
+                    Progress(BATCH), ctx.config.rescue_memory_fraction)  # fmt: skip
     controller = Controller(ctx, schedule, manager, task.step, temp_dir, rescue=rescue)
     try:
         reached, _ = controller.train(task, start)
@@ -161,3 +161,49 @@ def test_a_save_that_has_not_landed_leaves_the_rescue_to_do(tmp_path: Path, sync
     task = _Task()
     _, events = _run(tmp_path, 0, schedule, task)
     assert _events(events, "resume")[0]["step"] == 4, events
+
+
+class _Peer(_Task):
+    """Worker 0 of two whose all-reduce adds worker 1's rescue proposal ``peer_k`` to its
+    own; ``sent``: the flags worker 0 gave each call."""
+
+    def __init__(self, peer_k: int, lose: tuple[str, int] | None = None) -> None:
+        super().__init__(lose)
+        self.peer_k = peer_k
+        self.sent: list[list[float]] = []
+
+    def train(self, steps: int, flags: Sequence[bool]) -> Sequence[float]:
+        self.sent.append([float(f) for f in flags])
+        out = super().train(steps, flags)
+        slots = [float(f) for f in flags[2:]]
+        slots[1] += self.peer_k
+        return [*out, *slots]
+
+
+@pytest.mark.parametrize(
+    ("peer_k", "fraction", "rescued"),
+    [(1, 1.0, 16), (3, 1.0, 12), (5, 1.0, 10), (1, 1e-12, None)],
+    ids=["every-call", "every-3rd", "every-5th", "over-the-memory-budget"],
+)
+def test_the_copy_follows_the_calls_the_workers_agreed_on(
+    tmp_path: Path, monkeypatch, peer_k: int, fraction: float, rescued: int | None
+):
+    """Calls of 2 steps, the peer lost in the call from step 16 (the 9th). Worker 0's own
+    copies are timed as free (its proposal: every call); its peer proposes every ``peer_k``-th
+    call, and the larger one is agreed: the rescue holds the last call copied after. Over the
+    memory budget there is no copy and nothing to write."""
+    real = Rescue.snapshot
+    monkeypatch.setattr(Rescue, "snapshot", lambda self, step: real(self, step) * 0.0)
+    schedule = Schedule(32, 1, 2, steps_per_epoch=100, epochs=1, steps_per_call=2,
+                        checkpoint_every=1000)  # fmt: skip
+    task = _Peer(peer_k, lose=("train", 16))
+    reached, events = _run(tmp_path, 0, schedule, task, Config(rescue_memory_fraction=fraction))
+    assert reached == -1, events
+    assert [e["step"] for e in _events(events, "rescue")] == ([rescued] if rescued else []), (
+        f"agreed every {peer_k}: {_events(events, 'rescue')}"
+    )
+    own = [flags[2:] for flags in task.sent]
+    assert all(slots[1] == 0 for slots in own), f"worker 0 filled its peer's slot: {own}"
+    assert all(slots[0] == (1 if rescued else 0) for slots in own), f"its proposals: {own}"
+    [start] = _events(events, "rescue_copy")[:1] or [None]
+    assert start is not None and start["kept"] is bool(rescued), events

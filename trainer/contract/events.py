@@ -32,6 +32,7 @@ class Event(StrEnum):
     CHECKPOINT = "checkpoint"
     CHECKPOINT_WRITTEN = "checkpoint_written"
     RESCUE = "rescue"
+    RESCUE_COPY = "rescue_copy"
     STOP = "stop"
     ROLLOUT = "rollout"
     POD_DELETED = "pod_deleted"

@@ -58,6 +58,7 @@ CPU_DEVICES = Interval(1, 64)
 SECONDS = Interval(0, 86_400, integer=False, lo_open=True, hi_open=True, unit="seconds")
 LEARNING_RATE = Interval(0, 10, integer=False, lo_open=True)
 EVAL_SPLIT = Interval(0, 0.5, integer=False)
+FRACTION = Interval(0, 1, integer=False, lo_open=True)
 
 
 Rule = Interval | ModuleFunction
@@ -153,6 +154,15 @@ class TrainerFlags:
         "on a lost peer, resume from the last periodic checkpoint; by default the workers "
         "still running save the model as of their last call (a host copy kept after each "
         "call) and the restart resumes there",
+    )
+    # A quarter: a CPU worker holds the variables, the rescue copy and, while a save is in
+    # flight, the save's own host copy, each the same size; the data and TensorFlow need room.
+    rescue_memory_fraction: float = _flag(
+        0.25,
+        "the rescue copy's largest share of the container's memory limit (cgroup; the "
+        "machine's memory without one), default %(default)g; a larger copy is not kept and a "
+        "lost peer resumes from the last periodic checkpoint",
+        rule=FRACTION,
     )
     steps_per_call: int = _flag(
         16,
