@@ -96,10 +96,11 @@ def run(config: Config, env: Mapping[str, str]) -> int:
     replicas = state.replicas if source_api and state is not None else None
     if replicas is not None and _ordinal(env) >= replicas:
         return _surplus(env, replicas, metrics, stop)
-    asked = _template_replicas(env)
+    asked = None if source_api else _template_replicas(env)
     if state is not None and asked is not None and asked <= _ordinal(env) < state.replicas:
         # A new template asks for fewer workers than the StatefulSet still counts (the count
         # is patched once the rollout is done): this pod goes when it is, and trains nothing.
+        # Under an autoscaler (replicas from the API) the live count rules, not the template's.
         return _surplus(env, asked, metrics, stop, f"the template's {contract.ENV_REPLICAS}")
 
     spec = contract.cluster_spec_from_env(env, replicas)

@@ -203,6 +203,24 @@ def test_a_pod_of_a_smaller_template_waits_while_the_statefulset_still_counts_it
     assert not (tmp_path / "run-1" / "checkpoints").exists(), "a surplus pod trained"
 
 
+def test_under_an_autoscaler_the_live_count_rules_not_the_templates(api: FakeApi, tmp_path: Path):
+    """HPA 2 -> 3: the new tfd-worker-2 carries the stack's TFD_REPLICAS=2, but its count comes
+    from the API (3): it joins, it is no surplus."""
+    api.replicas = 3
+    env = worker_envs(3, str(tmp_path / "run-1"))[2] | api.env(tmp_path / "token")
+    env[contract.ENV_REPLICAS] = "2"
+    env[contract.ENV_REPLICAS_SOURCE] = "api"
+    proc = _start(env)
+    deadline = time.time() + 60
+    line = ""
+    while proc.stdout is not None and '"event": "forming"' not in line:
+        assert time.time() < deadline and proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+        line = proc.stdout.readline()
+        assert '"event": "surplus"' not in line, line
+    assert '"workers": 3' in line, line
+    _terminate(proc)
+
+
 def test_supervisor_restart_count_is_exported(api: FakeApi, tmp_path: Path):
     """TFD_SUPERVISOR_RESTARTS and the run id reach /metrics of a (finished, idle) worker."""
     import urllib.request
