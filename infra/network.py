@@ -112,6 +112,16 @@ def _policy(args: NetworkPoliciesArgs, suffix: str, **spec) -> Policy:
     )
 
 
+def _worker_egress(
+    args: NetworkPoliciesArgs, suffix: str, *rules: k8s.networking.v1.NetworkPolicyEgressRuleArgs
+) -> Policy:
+    """An egress-only policy of the stack's worker pods with ``rules``."""
+    return _policy(
+        args, suffix, pod_selector=selector(args.identity), policy_types=["Egress"],
+        egress=list(rules),
+    )  # fmt: skip
+
+
 def _ports(protocol: str, *numbers: int) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
     return [k8s.networking.v1.NetworkPolicyPortArgs(protocol=protocol, port=n) for n in numbers]
 
@@ -214,51 +224,36 @@ def network_policies(args: NetworkPoliciesArgs) -> list[Policy]:
                 )
             ],
         ),
-        _policy(
+        _worker_egress(
             args,
             "api-server",
-            pod_selector=selector(args.identity),
-            policy_types=["Egress"],
-            egress=[
-                k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-                    to=[_ip_block(c) for c in args.cluster.api_server_cidrs],
-                    ports=_ports("TCP", *args.cluster.api_server_ports),
-                )
-            ],
+            k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+                to=[_ip_block(c) for c in args.cluster.api_server_cidrs],
+                ports=_ports("TCP", *args.cluster.api_server_ports),
+            ),
         ),
     ]
     if args.cluster.egress_https_cidrs:
         policies.append(
-            _policy(
+            _worker_egress(
                 args,
                 "https-egress",
-                pod_selector=selector(args.identity),
-                policy_types=["Egress"],
-                egress=[
-                    k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-                        to=[https_peer(c) for c in args.cluster.egress_https_cidrs],
-                        ports=_ports("TCP", 443),
-                    )
-                ],
+                k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+                    to=[https_peer(c) for c in args.cluster.egress_https_cidrs],
+                    ports=_ports("TCP", 443),
+                ),
             )
         )
     if args.metadata_egress:
         # A gs:// checkpoint location's token (GKE Workload Identity): the metadata server is
         # link-local, which the HTTPS rule excepts, and answers on its own port.
-        policies.append(
-            _policy(
-                args,
-                "metadata-egress",
-                pod_selector=selector(args.identity),
-                policy_types=["Egress"],
-                egress=[
-                    k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-                        to=[_ip_block(block)], ports=_ports("TCP", port)
-                    )
-                    for block, port in args.metadata_egress
-                ],
+        rules = (
+            k8s.networking.v1.NetworkPolicyEgressRuleArgs(
+                to=[_ip_block(block)], ports=_ports("TCP", port)
             )
+            for block, port in args.metadata_egress
         )
+        policies.append(_worker_egress(args, "metadata-egress", *rules))
     if args.monitoring_namespace is not None:
         policies.append(
             _policy(
