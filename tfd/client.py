@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tfd.errors import ClusterError, RunFailedError, UsageError
+from tfd.errors import ClusterError, RunFailedError, UsageError, WaitTimeoutError
 from tfd.follow import Follower, print_logs
 from tfd.kube import Cluster
 from tfd.phase import (
@@ -111,8 +111,6 @@ def watch(
     Raises:
         WaitTimeoutError: ``timeout_s`` passed first (the line says where the run was).
     """
-    from tfd.errors import WaitTimeoutError
-
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     st: RunStatus | None = None
     while True:

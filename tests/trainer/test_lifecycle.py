@@ -181,6 +181,18 @@ def test_surplus_pod_waits_for_termination(api: FakeApi, tmp_path: Path):
     assert "error" not in err
 
 
+def _first_event(proc: subprocess.Popen, event: str, refused: str = "") -> str:
+    """The first line of ``proc`` with ``event`` (within 60 s); none before it may be
+    ``refused``."""
+    deadline = time.time() + 60
+    line = ""
+    while proc.stdout is not None and f'"event": "{event}"' not in line:
+        assert time.time() < deadline and proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+        line = proc.stdout.readline()
+        assert not refused or f'"event": "{refused}"' not in line, line
+    return line
+
+
 def test_a_pod_of_a_smaller_template_waits_while_the_statefulset_still_counts_it(
     api: FakeApi, tmp_path: Path
 ):
@@ -192,11 +204,7 @@ def test_a_pod_of_a_smaller_template_waits_while_the_statefulset_still_counts_it
     env = worker_envs(3, str(tmp_path / "run-1"))[2] | api.env(tmp_path / "token")
     env[contract.ENV_REPLICAS] = "2"
     proc = _start(env)
-    deadline = time.time() + 60
-    line = ""
-    while proc.stdout is not None and '"event": "surplus"' not in line:
-        assert time.time() < deadline and proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
-        line = proc.stdout.readline()
+    line = _first_event(proc, "surplus")
     assert "ordinal 2 >= the template's TFD_REPLICAS 2" in line, line
     code, _, err = _terminate(proc)
     assert code == EXIT_OK, err[-1000:]
@@ -211,12 +219,7 @@ def test_under_an_autoscaler_the_live_count_rules_not_the_templates(api: FakeApi
     env[contract.ENV_REPLICAS] = "2"
     env[contract.ENV_REPLICAS_SOURCE] = "api"
     proc = _start(env)
-    deadline = time.time() + 60
-    line = ""
-    while proc.stdout is not None and '"event": "forming"' not in line:
-        assert time.time() < deadline and proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
-        line = proc.stdout.readline()
-        assert '"event": "surplus"' not in line, line
+    line = _first_event(proc, "forming", refused="surplus")
     assert '"workers": 3' in line, line
     _terminate(proc)
 
