@@ -40,16 +40,11 @@ LEVEL = 0.95
 
 def median_interval(values: Sequence[float]) -> dict[str, Any]:
     """Median and its distribution-free interval at :data:`LEVEL` (none below 6 values)."""
-    from benchmarks.stats import median_rank
+    from benchmarks.stats import median_interval as interval
 
-    ordered = sorted(values)
-    rank = median_rank(len(ordered), LEVEL)
-    low, high, coverage = (None, None, None)
-    if rank is not None:
-        k, coverage = rank
-        low, high = ordered[k - 1], ordered[len(ordered) - k]
-    return {"median": statistics.median(ordered), "low": low, "high": high,
-            "coverage": coverage, "n": len(ordered)}  # fmt: skip
+    low, high, coverage = interval(values, LEVEL) or (None, None, None)
+    return {"median": statistics.median(values), "low": low, "high": high,
+            "coverage": coverage, "n": len(values)}  # fmt: skip
 
 
 def measure(roots: dict[str, str], repeats: int, store_dir: Path) -> dict[str, Any]:

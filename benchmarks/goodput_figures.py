@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from benchmarks.stats import median_rank
+from benchmarks.stats import median_interval as stats_median_interval
 from trainer.local_cluster import split_worker_output
 
 TARGET_FAILURE_TO_STEP_P50_S = 5.0
@@ -235,13 +235,9 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def median_interval(values: Sequence[float]) -> tuple[float, float] | None:
-    """The distribution-free 95% interval of the median (``benchmarks.stats.median_rank``)."""
-    rank = median_rank(len(values))
-    if rank is None:
-        return None
-    k, _ = rank
-    ordered = sorted(values)
-    return ordered[k - 1], ordered[len(values) - k]
+    """The distribution-free 95% interval of the median (``benchmarks.stats.median_interval``)."""
+    found = stats_median_interval(values)
+    return None if found is None else found[:2]
 
 
 def figures(cfg: GoodputConfig, steps: int, pairs: list[tuple[JobRecord, JobRecord]]) -> dict:

@@ -60,6 +60,19 @@ def median_rank(n: int, level: float = 0.95) -> tuple[int, float] | None:
     return best
 
 
+def median_interval(
+    values: Sequence[float], level: float = 0.95
+) -> tuple[float, float, float] | None:
+    """The order-statistic interval of the median of ``values`` at ``level``: ``(low, high,
+    coverage)``; ``None`` when there are too few values for one (:func:`median_rank`)."""
+    rank = median_rank(len(values), level)
+    if rank is None:
+        return None
+    k, coverage = rank
+    ordered = sorted(values)
+    return ordered[k - 1], ordered[len(ordered) - k], coverage
+
+
 def paired_ratio(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> PairedRatio:
     """Median of ``a_i / b_i`` with its order-statistic interval at ``level``.
 
@@ -74,11 +87,5 @@ def paired_ratio(a: Sequence[float], b: Sequence[float], level: float = 0.95) ->
     if bad:
         raise StatsError(f"paired runs: every value must be a positive number; got {bad[0]!r}")
     ratios = sorted(x / y for x, y in zip(a, b, strict=True))
-    n = len(ratios)
-    rank = median_rank(n, level)
-    if rank is None:
-        return PairedRatio(n, statistics.median(ratios), None, None, None, tuple(ratios))
-    k, coverage = rank
-    return PairedRatio(
-        n, statistics.median(ratios), ratios[k - 1], ratios[n - k], coverage, tuple(ratios)
-    )
+    low, high, coverage = median_interval(ratios, level) or (None, None, None)
+    return PairedRatio(len(ratios), statistics.median(ratios), low, high, coverage, tuple(ratios))
