@@ -8,7 +8,8 @@ and mount namespace of its own (``unshare --net --mount``): only a loopback inte
 ``/etc/hosts`` bind-mounted over the real one that maps those names to 127.0.0.1. Inside it:
 
 - ``fake-gcs-server`` (``make tools``) on 127.0.0.1:4443 over TLS, its certificate signed by a
-  CA made for this session with openssl (``CURL_CA_BUNDLE`` makes TensorFlow's curl trust it);
+  CA made for this session with openssl (``tools/pki.py``; ``CURL_CA_BUNDLE`` makes
+  TensorFlow's curl trust it);
 - a TLS front on 443 (same certificate) that passes every byte on to it but the
   ``Transfer-Encoding: identity`` header TensorFlow sends on its empty-bodied requests
   (directory markers, upload sessions): Google's front ends accept it, Go's HTTP server answers
@@ -42,6 +43,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tools import pki
+
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_GCS_SERVER = ROOT / ".tools" / "bin" / "fake-gcs-server"
 API_HOSTS = ("www.googleapis.com", "storage.googleapis.com")
@@ -56,21 +59,6 @@ COUNTS_FILE = "requests.json"
 benchmark's requests per save and restore)."""
 _counts: dict[str, int] = {}
 _counts_path: list[Path] = []
-
-
-def make_certificates(directory: Path) -> Path:
-    """A CA and a certificate for :data:`API_HOSTS` signed by it (``server.pem``/``.key``);
-    returns the CA's certificate. Made per session: no key is ever committed."""
-    run = lambda *args: subprocess.run(args, check=True, capture_output=True, cwd=directory)  # noqa: E731
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        "-subj", "/CN=tfd e2e test CA", "-keyout", "ca.key", "-out", "ca.pem")  # fmt: skip
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={API_HOSTS[0]}",
-        "-keyout", "server.key", "-out", "server.csr")  # fmt: skip
-    sans = ",".join(f"DNS:{host}" for host in API_HOSTS)
-    (directory / "san.cnf").write_text(f"subjectAltName={sans}\n")
-    run("openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "1", "-extfile", "san.cnf", "-out", "server.pem")  # fmt: skip
-    return directory / "ca.pem"
 
 
 class ObjectStore:
@@ -91,7 +79,8 @@ class ObjectStore:
             raise RuntimeError(f"{FAKE_GCS_SERVER} missing: run `make tools` (or `make e2e`)")
         if os.geteuid() != 0:
             raise RuntimeError("the object store stand-in needs root (unshare --net --mount)")
-        self.ca = make_certificates(self.dir)
+        hosts = [f"DNS:{host}" for host in API_HOSTS]
+        self.ca = pki.ca_and_server(self.dir, API_HOSTS[0], hosts).ca
         (self.dir / "config.json").write_text(json.dumps({"bucket": self.bucket}))
         log = (self.dir / "holder.log").open("wb")
         self.proc = subprocess.Popen(
@@ -318,7 +307,8 @@ def hold(directory: Path) -> None:
     hosts = directory / "hosts"
     hosts.write_text(f"127.0.0.1 localhost {' '.join(API_HOSTS)}\n::1 localhost\n")
     subprocess.run(["mount", "--bind", str(hosts), "/etc/hosts"], check=True)
-    cert, key = directory / "server.pem", directory / "server.key"
+    certs = pki.ServerCertificate.at(directory)
+    cert, key = certs.cert, certs.key
     backend = subprocess.Popen(
         [str(FAKE_GCS_SERVER), "-scheme", "https", "-host", "127.0.0.1",
          "-port", str(BACKEND_PORT), "-backend", "memory", "-log-level", "warn",
@@ -332,7 +322,7 @@ def hold(directory: Path) -> None:
     threading.Thread(target=metadata.serve_forever, daemon=True).start()
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
-    client_tls = ssl.create_default_context(cafile=str(directory / "ca.pem"))
+    client_tls = ssl.create_default_context(cafile=str(certs.ca))
     front = threading.Thread(
         target=asyncio.run, args=(_front(server_tls, client_tls),), daemon=True
     )
@@ -340,7 +330,7 @@ def hold(directory: Path) -> None:
     deadline = time.monotonic() + READY_S
     while True:
         try:
-            _create_bucket(directory / "ca.pem", bucket)
+            _create_bucket(certs.ca, bucket)
             break
         except OSError as err:  # refused until fake-gcs-server listens; an answer is final
             answered = isinstance(err, urllib.error.HTTPError)

@@ -11,7 +11,7 @@ packaged into a Helm repository (``make tools``) that this module serves on loop
 in ``monitoringChartRepository``; its images (operator, config reloader, Prometheus,
 Alertmanager) are built from their Go modules and imported into the node's containerd under the
 references the chart renders; kube-state-metrics and Grafana are off; the webhook's certificate
-is made here with openssl instead of by the chart's job.
+is made here with openssl (``tools/pki.py``) instead of by the chart's job.
 
 The tests run in file order on one pair of stacks (each step needs the one before).
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,7 +36,7 @@ from tests.e2e import realnode
 from tests.e2e.harness import TOOLS, Kube, Project
 from tests.e2e.test_image import built, docker  # noqa: F401 - fixtures node_image needs
 from tests.e2e.test_real_training import node_image  # noqa: F401 - fixture
-from tools import monitoring_chart, monitoring_images
+from tools import monitoring_chart, monitoring_images, pki
 from tools.real_node_config import NODE_NAME
 from trainer import contract
 
@@ -142,41 +141,27 @@ def monitoring_images_on_node(real_node: str) -> list[str]:
     return references
 
 
-def webhook_certificate(directory: Path) -> dict[str, bytes]:
-    """A CA and a serving certificate for the operator's webhook Service (openssl)."""
-    service = f"{OPERATOR}.{MON}.svc"
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
-
-    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *curve, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-            "-subj", "/CN=tfd-e2e-webhook-ca")  # fmt: skip
-    openssl("req", *curve, "-keyout", "tls.key", "-out", "tls.csr", "-subj", f"/CN={service}")
-    (directory / "ext").write_text(
-        f"subjectAltName=DNS:{service},DNS:{service}.cluster.local\nextendedKeyUsage=serverAuth\n"
-    )
-    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile", "ext")  # fmt: skip
-    return {name: (directory / name).read_bytes() for name in ("ca.crt", "tls.crt", "tls.key")}
-
-
 @pytest.fixture(scope="module")
 def values_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The e2e values with the webhook's CA bundle and the Secret holding its certificate
     (a throw-away key: it lands in the stack state and the Helm release with the values)."""
     directory = tmp_path_factory.mktemp("monitoring-values")
-    certs = webhook_certificate(directory)
+    service = f"{OPERATOR}.{MON}.svc"
+    sans = [f"DNS:{service}", f"DNS:{service}.cluster.local"]
+    certs = pki.ca_and_server(directory, service, sans, days=2)
     values = yaml.safe_load((HERE / "monitoring-values.yaml").read_text())
-    b64 = {k: base64.b64encode(v).decode() for k, v in certs.items()}
-    values["prometheusOperator"]["admissionWebhooks"]["caBundle"] = b64["ca.crt"]
+    b64 = {
+        name: base64.b64encode(path.read_bytes()).decode()
+        for name, path in (("ca", certs.ca), ("cert", certs.cert), ("key", certs.key))
+    }
+    values["prometheusOperator"]["admissionWebhooks"]["caBundle"] = b64["ca"]
     values["extraManifests"] = [
         {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": WEBHOOK_SECRET, "namespace": MON},
             "type": "Opaque",
-            "data": {"cert": b64["tls.crt"], "key": b64["tls.key"], "ca": b64["ca.crt"]},
+            "data": b64,
         }
     ]
     path = directory / "values.yaml"
