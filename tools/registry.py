@@ -2,8 +2,9 @@
 ``docker-registry`` (the CNCF distribution registry) over TLS with a password (htpasswd).
 
 Its certificate is signed by a CA made for the session (:mod:`tools.pki`), which the Docker
-daemon is given through ``/etc/docker/certs.d/<host:port>/ca.crt``. The password is random per
-session and reaches the stack only as a Pulumi secret.
+daemon is given through ``/etc/docker/certs.d/<host:port>/ca.crt`` and the real node's
+containerd through a ``hosts.toml`` (:meth:`Registry.trust_from_node`). The password is random
+per session and reaches the stack only as a Pulumi secret.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ PORT = 5443
 USER = "tfd"
 READY_S = 30
 CERTS_D = Path("/etc/docker/certs.d")
+DATA = Path.home() / ".cache" / "tf-distributed" / "registry"
+"""The registry's blobs, kept between sessions like the Docker and containerd data roots: a
+push of layers the registry holds sends only the manifest (the two e2e passes push one image)."""
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
     "application/vnd.oci.image.manifest.v1+json",
@@ -62,7 +66,7 @@ class Registry:
         config = {
             "version": 0.1,
             "log": {"level": "warn"},
-            "storage": {"filesystem": {"rootdirectory": str(self.dir / "data")}},
+            "storage": {"filesystem": {"rootdirectory": str(DATA)}},
             "http": {
                 "addr": self.server,
                 "tls": {"certificate": str(self.certs.cert), "key": str(self.certs.key)},
@@ -73,6 +77,7 @@ class Registry:
         trust = CERTS_D / self.server
         trust.mkdir(parents=True, exist_ok=True)
         shutil.copy(self.certs.ca, trust / "ca.crt")
+        DATA.mkdir(parents=True, exist_ok=True)
         log = (self.dir / "registry.log").open("wb")
         # The registry's config parser is YAML: JSON is YAML.
         self.proc = subprocess.Popen(
@@ -105,6 +110,22 @@ class Registry:
                 return resp.status, dict(resp.headers), resp.read()
         except urllib.error.HTTPError as err:
             return err.code, dict(err.headers), err.read()
+
+    def trust_from_node(self, hosts_dir: Path) -> None:
+        """The real node's containerd trusts the CA and pulls with the password (``hosts.toml``
+        under its ``config_path``, :func:`tools.real_node_config.registry_hosts_dir`)."""
+        assert self.certs is not None
+        token = base64.b64encode(f"{USER}:{self.password}".encode()).decode()
+        host = hosts_dir / self.server
+        host.mkdir(parents=True, exist_ok=True)
+        (host / "hosts.toml").write_text(
+            f'server = "https://{self.server}"\n\n'
+            f'[host."https://{self.server}"]\n'
+            '  capabilities = ["pull", "resolve"]\n'
+            f'  ca = "{self.certs.ca}"\n'
+            f'  [host."https://{self.server}".header]\n'
+            f'    Authorization = ["Basic {token}"]\n'
+        )
 
     def manifest_digest(self, repository: str, tag: str) -> str | None:
         """The registry's digest of ``repository:tag`` (``Docker-Content-Digest``), or None."""
