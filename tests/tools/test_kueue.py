@@ -130,3 +130,39 @@ def test_configuration_serves_on_loopback_without_leader_election(tmp_path) -> N
     assert config["webhook"] == {"port": 9443, "host": "127.0.0.1", "certDir": str(tmp_path)}
     assert config["metrics"]["bindAddress"] == "127.0.0.1:9444"
     assert config["health"]["healthProbeBindAddress"] == "127.0.0.1:9445"
+
+
+class FakeProcess:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def poll(self) -> None:
+        return None
+
+    def terminate(self) -> None:
+        self.calls.append("terminate")
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+
+def test_stop_deletes_the_webhooks_before_it_stops_the_server(
+    tmp_path,
+    monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+) -> None:
+    # A Fail-policy pod webhook pointing at a dead server would refuse every later pod.
+    calls: list[str] = []
+    controller = kueue.Kueue(tmp_path)
+    monkeypatch.setattr(controller, "kubectl", lambda *args, **_: calls.append(" ".join(args)))
+    controller.proc = FakeProcess(calls)  # type: ignore[assignment]
+    controller.webhooks = kueue.webhook_configurations(
+        MANIFESTS.format(hooks=hook("mpod.kb.io", "", "pods")), 9555, b"ca"
+    )
+    controller.stop()
+    assert calls == [
+        "delete mutatingwebhookconfiguration kueue-mutating-webhook-configuration "
+        "--ignore-not-found --wait=true",
+        "delete validatingwebhookconfiguration kueue-validating-webhook-configuration "
+        "--ignore-not-found --wait=true",
+        "terminate",
+    ], calls
