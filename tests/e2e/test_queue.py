@@ -237,6 +237,28 @@ def test_what_kueue_refuses_on_a_running_queued_statefulset(
         assert refused, f"{what}: admitted by Kueue: {out}"
 
 
+def test_what_an_hpa_style_scale_up_does_to_a_queued_run(second_up: Background, kube: Kube) -> None:
+    # The HPA resizes through the scale subresource, which Kueue's StatefulSet webhooks do not
+    # see (their rules name `statefulsets` only): what becomes of the extra worker?
+    namespace = NAMESPACES[0]
+    kube.run("scale", "statefulset", STATEFULSET, "-n", namespace, "--replicas=3")
+    try:
+        third = kube.wait_for(
+            "a third pod", lambda: kube.get("pod", f"{STATEFULSET}-2", namespace), timeout=30
+        )
+        time.sleep(10)
+        third = kube.get("pod", f"{STATEFULSET}-2", namespace) or third
+        wl = workload(kube, namespace)
+        counts = [ps.get("count") for ps in wl["spec"]["podSets"]]
+        print(
+            f"[tfd figure] scale subresource 2 -> 3 of a queued run: accepted; worker 2 "
+            f"gated={gated(third)} scheduled={scheduled(third)}; Workload podSets count {counts}, "
+            f"admitted={condition(wl, 'Admitted').get('status')}"
+        )
+    finally:
+        kube.run("scale", "statefulset", STATEFULSET, "-n", namespace, "--replicas=2")
+
+
 def test_the_held_run_is_admitted_when_the_first_stops(
     second_up: Background, stacks: list[Project], kube: Kube
 ) -> None:
