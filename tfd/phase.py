@@ -7,19 +7,20 @@ The decision, first match wins (docs/commands.md lists it):
 1. no StatefulSet: ``deploying`` while a ``pulumi up`` runs, else ``absent``;
 2. zero workers asked for: ``stopped`` when ``tfd stop`` marked it, else ``done`` (the chief
    scales its StatefulSet to zero when the run is finished, ``onDone: scale-to-zero``);
-3. ``failed``: a worker's container ended with a trainer error (exit 1-9), out of memory, or
+3. ``queued``: the cluster's queue (Kueue) holds the workers, with its reason (:mod:`tfd.queue`);
+4. ``failed``: a worker's container ended with a trainer error (exit 1-9), out of memory, or
    cannot start (an image that is never pulled, a bad container config), with the cause, and
    the first worker not scheduled too, if any (the scheduler's reason);
-4. ``pending``: a worker not scheduled (the scheduler's reason, e.g. ``0/2 nodes are
+5. ``pending``: a worker not scheduled (the scheduler's reason, e.g. ``0/2 nodes are
    available: 1 Insufficient nvidia.com/gpu``), or fewer pods than asked and the controller's
    reason (a quota), or a container not started yet (pulling its image);
-5. ``deploying``: a ``pulumi up`` runs;
-6. ``done``: a worker logged the end of the run (``onDone: idle`` keeps the pods);
-7. ``restarting``: a worker's container restarted and is not back yet, or its last lines are a
+6. ``deploying``: a ``pulumi up`` runs;
+7. ``done``: a worker logged the end of the run (``onDone: idle`` keeps the pods);
+8. ``restarting``: a worker's container restarted and is not back yet, or its last lines are a
    stop, a supervisor restart or a rescale (after a lost peer, a rollout, a resize);
-8. ``resizing``: the StatefulSet's pod count differs from the count asked for, after training;
-9. ``forming``: not every worker ready yet, or no worker trains yet;
-10. ``training``.
+9. ``resizing``: the StatefulSet's pod count differs from the count asked for, after training;
+10. ``forming``: not every worker ready yet, or no worker trains yet;
+11. ``training``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from tfd.events import WorkerLog
+from tfd.queue import queued
 from trainer.contract.api import RUN_ID_ANNOTATION
 from trainer.contract.events import NOTABLE_EVENTS, RESTART_EVENTS, Event
 from trainer.errors import FAILURE_EXIT_CODES
@@ -39,6 +41,7 @@ from trainer.errors import FAILURE_EXIT_CODES
 DEPLOYING = "deploying"
 ABSENT = "absent"
 PENDING = "pending"
+QUEUED = "queued"
 FORMING = "forming"
 TRAINING = "training"
 RESTARTING = "restarting"
@@ -398,6 +401,10 @@ def derive(snap: Snapshot) -> RunStatus:
         else:
             status.phase = DONE
             status.reason = "the run finished and scaled its workers to zero"
+        return status
+    held = queued(pods, snap.events, name, desired)
+    if held:
+        status.phase, status.reason = QUEUED, held
         return status
     failure = _failure(pods, snap.logs)
     pending = None if failure else _pending(pods, snap.events, desired, name)

@@ -295,15 +295,18 @@ etcd_from_debian() {
 }
 
 docker_from_debian() {
-  # The image tests' Docker engine and the stand-in base image's root filesystem builder.
-  if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+  # The image tests' Docker engine, the stand-in base image's root filesystem builder and the
+  # image-build scenarios' registry.
+  if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null \
+    || ! command -v docker-registry >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       log "installing Debian's docker.io and debootstrap"
       DEBIAN_FRONTEND=noninteractive apt-get update -qq
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        docker.io debootstrap >/dev/null
+        docker.io debootstrap docker-registry >/dev/null
     else
-      echo "dockerd or debootstrap missing: apt-get install docker.io debootstrap" >&2
+      echo "dockerd, debootstrap or docker-registry missing: apt-get install docker.io" \
+        "debootstrap docker-registry" >&2
       exit 1
     fi
   fi

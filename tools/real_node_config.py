@@ -52,6 +52,12 @@ class Ports:
     metrics_server: int
 
 
+def registry_hosts_dir(state: Path) -> Path:
+    """containerd's ``config_path``: ``<host:port>/hosts.toml`` per registry, as a cloud node's
+    pull rights to its registry (``tools/registry.py`` writes one)."""
+    return state / "containerd" / "certs.d"
+
+
 def containerd_config(state: Path, root: Path) -> str:
     """containerd 1.6's config (TOML v2): images and snapshots in ``root`` (a cache kept between
     clusters, like the Docker daemon's data root), everything else under ``state``."""
@@ -87,6 +93,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       [{cri}.containerd.runtimes.runc.options]
         Root = "{cd / "runc"}"
         SystemdCgroup = false
+  # Registry hosts (trust, credentials) per host: read at each pull, so a registry started
+  # after the node (tools/registry.py) is written here when it starts.
+  [{cri}.registry]
+    config_path = "{registry_hosts_dir(state)}"
   [{cri}.cni]
     bin_dir = "{CNI_BIN}"
     conf_dir = "{state / "cni" / "net.d"}"

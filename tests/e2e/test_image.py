@@ -1,8 +1,8 @@
 """The trainer image: the real Dockerfile built by a real Docker engine, run, and deployed.
 
-The Docker provider cannot be built here (its Go module is not served), so the stack deploys a
-prebuilt image (``imageReference``); this module builds that image with ``docker build`` from
-the repository's Dockerfile, runs the trainer in it, and deploys it with the real engine.
+This module builds the image with ``docker build`` from the repository's Dockerfile, runs the
+trainer in it, and deploys it with the real engine as a prebuilt image (``imageReference``);
+``test_image_build.py`` has ``pulumi up`` build it through a stand-in of the Docker provider.
 ``make e2e`` starts the Docker daemon (``DOCKER_HOST``) and imports a test-only stand-in for the
 ``tensorflow/tensorflow`` base image, which cannot be pulled here (``tools/stand-in-base.sh``).
 """

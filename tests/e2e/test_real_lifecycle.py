@@ -32,7 +32,12 @@ STEPS_PER_EPOCH, CHECKPOINT_EVERY = 100, 20
 EPOCHS = 72
 """Long enough for a rollout, a pod deletion and an HPA resize to happen mid-run. The resize
 comes some 150 s after the start; an idle machine trains about 32 steps a second at 2 workers
-(12 epochs once finished before the resize), a loaded one 5 (hence the long waits below)."""
+(12 epochs once finished before the resize), a loaded one 5 (hence the long waits below). Once
+three workers train, the rest of 72 epochs is only waiting (some 1,000 s at 3 workers on 2 cores):
+:func:`shorten_the_run` ends it a few minutes after the resize."""
+SHORTENED_MARGIN_S = 180
+"""Training time left to the shortened run: more than its rollout takes to reach every worker
+(a worker still on the old epochs must not pass the new end before it is replaced)."""
 NEW_RUN_EPOCHS = 1
 HPA_WINDOW_S = 60
 """autoscalingScaleUpWindowSeconds, its minimum: the resize happens a minute after the target."""
@@ -241,9 +246,39 @@ def test_an_hpa_resize_restarts_the_trainer_in_place(
     assert restarted > restarts, "the supervisor did not restart the trainer for the new size"
 
 
+def global_step(kube: Kube) -> float:
+    def probe() -> dict[str, float] | None:
+        found = metrics_of(kube, f"{STS}-0")
+        return found if contract.METRIC_STEP in found else None
+
+    return kube.wait_for(f"{contract.METRIC_STEP} of {STS}-0", probe, 120, 2)[contract.METRIC_STEP]
+
+
+def shorten_the_run(training: dict, stack: Project, kube: Kube) -> None:
+    """Lower the running run's epochs to end :data:`SHORTENED_MARGIN_S` from now at its pace.
+
+    The epochs are not a result field (``trainer.manifest``): a lower value is a rollout of the
+    same run, as a user stops a run early. ``replicas: 3`` keeps the new run target's size patch
+    at the HPA's count, so the run still ends with three workers.
+    """
+    training["epochs"] = EPOCHS
+    first, started = global_step(kube), time.monotonic()
+    time.sleep(20)
+    rate = (global_step(kube) - first) / (time.monotonic() - started)
+    end = first + rate * (time.monotonic() - started + SHORTENED_MARGIN_S)
+    epochs = min(EPOCHS, int(end) // STEPS_PER_EPOCH + 1)
+    print(f"[real-node figure] lifecycle stack: {rate:.1f} steps/s at 3 workers; "
+          f"epochs {EPOCHS} -> {epochs}")  # fmt: skip
+    if rate > 0 and epochs < EPOCHS:
+        stack.set_many({"epochs": epochs, "replicas": 3})
+        stack.up()
+        training["epochs"] = epochs
+
+
 def test_the_finished_run_frees_its_pods_and_stays_without_diff(
     training: dict, stack: Project, kube: Kube
 ) -> None:
+    shorten_the_run(training, stack, kube)
     claim = kube.items("persistentvolumeclaim", NS)[0]["metadata"]["name"]
     # The stacks' layout: <claim>/<project>/<stack>/<runId> (infra.workers.checkpoint_dir).
     run_dir = realnode.volume_dir(kube, NS, claim) / PROJECT / stack.stack.name / "1"
@@ -252,7 +287,7 @@ def test_the_finished_run_frees_its_pods_and_stays_without_diff(
     log_figure("lifecycle stack: pulumi up to DONE", done_at - training["started"])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["workers"] == 3, summary
-    assert summary["final_step"] == EPOCHS * STEPS_PER_EPOCH, summary
+    assert summary["final_step"] == training["epochs"] * STEPS_PER_EPOCH, summary
     kube.wait_for("no worker pod left", lambda: not workers(kube), 300, 2)
     kube.wait_for("no container of the stack runs", lambda: not realnode.running_tasks(NS), 120)
     log_figure("DONE to every worker pod gone", time.monotonic() - done_at)
@@ -268,7 +303,8 @@ def test_more_epochs_continue_the_finished_run_under_its_autoscaler(
     training: dict, stack: Project, kube: Kube
 ) -> None:
     # The HPA does nothing for a target at zero: the new target's size patch brings it back.
-    stack.set_many({"epochs": EPOCHS + 1, "autoscalingCpuLimitUtilization": 100})
+    epochs = training["epochs"] + 1
+    stack.set_many({"epochs": epochs, "autoscalingCpuLimitUtilization": 100})
     claim = kube.items("persistentvolumeclaim", NS)[0]["metadata"]["name"]
     summary_file = realnode.volume_dir(kube, NS, claim) / PROJECT / stack.stack.name / "1"
     summary_file /= "summary.json"
@@ -280,7 +316,7 @@ def test_more_epochs_continue_the_finished_run_under_its_autoscaler(
             summary = json.loads(summary_file.read_text())
         except (OSError, ValueError):  # being rewritten
             return None
-        return summary if summary["final_step"] == (EPOCHS + 1) * STEPS_PER_EPOCH else None
+        return summary if summary["final_step"] == epochs * STEPS_PER_EPOCH else None
 
     kube.wait_for("the continued run's DONE", continued, 900, 2)
     log_figure("lifecycle stack: continue with one more epoch to DONE", time.monotonic() - started)
@@ -301,7 +337,7 @@ def test_a_new_run_id_trains_from_step_zero_in_its_own_directory(
     log_figure("new run: pulumi up to DONE", time.monotonic() - started)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["final_step"] == NEW_RUN_EPOCHS * STEPS_PER_EPOCH, summary
-    # Run 1 ended at step EPOCHS x STEPS_PER_EPOCH: this one started from nothing.
+    # Run 1 ended at its final step (training["epochs"] epochs): this one started from nothing.
     assert summary["run_id"] == "2", summary
     kube.wait_for("no worker pod left", lambda: not workers(kube), 300, 2)
     stack.destroy()

@@ -56,9 +56,20 @@ def pod(
     restarts: int = 0,
     deleting: bool = False,
     revision: str | None = None,
+    gated: bool = False,
 ) -> dict[str, Any]:
-    """``revision``: the template revision it was made from (``controller-revision-hash``)."""
+    """``revision``: the template revision it was made from (``controller-revision-hash``);
+    ``gated``: held by Kueue's admission gate (Pending, not scheduled, no container)."""
     meta: dict[str, Any] = {"name": f"{STS}-{n}"}
+    if gated:
+        return {
+            "metadata": meta,
+            "spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]},
+            "status": {"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates",
+            }]},
+        }  # fmt: skip
     if revision is not None:
         meta["labels"] = {"controller-revision-hash": revision}
     if deleting:
@@ -90,9 +101,11 @@ def pod(
     return {"metadata": meta, "status": status}
 
 
-def event(name: str, reason: str, message: str, when: str = "2026-12-03T12:00:00Z") -> dict:
+def event(
+    name: str, reason: str, message: str, when: str = "2026-12-03T12:00:00Z", kind: str = "Pod"
+) -> dict:
     return {
-        "involvedObject": {"name": name},
+        "involvedObject": {"name": name, "kind": kind},
         "reason": reason,
         "message": message,
         "lastTimestamp": when,

@@ -9,6 +9,10 @@ from tfd.phase import STOP_ANNOTATION as STOPPED
 from tfd.phase import RunStatus, Snapshot, carried, derive, stop_mark
 
 GPU = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint"
+QUOTA = (
+    "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in "
+    "flavor gpu, 2 more needed"
+)
 TRAINING = {0: worker_log(0, START, progress(100)), 1: worker_log(1, START, progress(100))}
 
 CASES = [
@@ -31,6 +35,16 @@ CASES = [
      Snapshot(sts(2, 0, observed=0), [],
               [event("tfd-worker", "FailedCreate", "exceeded quota: tfd-quota")]),
      "pending", "0/2 worker pods exist: exceeded quota"),
+    ("held by the queue: Kueue's reason, from the run's Workload",
+     Snapshot(sts(2, 0), [pod(0, gated=True), pod(1, gated=True)], [
+         event("statefulset-tfd-worker-5c1a2", "Pending", "old reason", kind="Workload",
+               when="2026-12-03T11:00:00Z"),
+         event("statefulset-tfd-worker-5c1a2", "Pending", QUOTA, kind="Workload"),
+         event("statefulset-other-worker-0b1c", "Pending", "another run's", kind="Workload")]),
+     "queued", f"2/2 workers held by the cluster's queue (Kueue): {QUOTA}"),
+    ("held by the queue before Kueue said why",
+     Snapshot(sts(2, 0), [pod(0, gated=True), pod(1, gated=True)]),
+     "queued", "held by the cluster's queue (Kueue): waiting for the queue to admit the workers"),
     ("pulling the image", Snapshot(sts(2, 0), [pod(0, phase="Pending", ready=False,
                                    waiting="ImagePullBackOff", message="back-off pulling")]),
      "pending", "worker 0 starting: ImagePullBackOff: back-off pulling"),

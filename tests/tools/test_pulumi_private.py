@@ -13,9 +13,18 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("__main__.py", "infra", "tools", "policy", "trainer", "benchmarks")
 EXPORTS = {"pulumi": set(pulumi.__all__), "pulumi.runtime": set(pulumi.runtime.__all__)}
 """What these two modules export: only those names are public."""
-PUBLIC = {"pulumi.runtime.rpc", "pulumi.automation", "pulumi.dynamic"}
+PUBLIC = {
+    "pulumi.runtime.rpc",
+    "pulumi.automation",
+    "pulumi.dynamic",
+    "pulumi.provider.experimental.provider",
+    "pulumi.provider.experimental.property_value",
+    "pulumi.provider.experimental.server",
+}
 """SDK modules whose names without a leading ``_`` are public (``rpc`` is exported by
-``pulumi.runtime``); every other ``pulumi.*`` module is internal."""
+``pulumi.runtime``; ``pulumi.provider.experimental`` is the SDK's API for a provider of custom
+resources, which ``pulumi.provider.Provider`` has no create or diff for: the stand-in Docker
+provider's); every other ``pulumi.*`` module is internal."""
 ALLOWED = {
     "infra/config/runtime.py": ["pulumi.runtime.config.CONFIG"],
     "tools/pulumi_private.py": ["pulumi.runtime.mocks.MockMonitor"],

@@ -73,6 +73,9 @@ def test_containerd_config_keeps_all_but_its_images_under_the_state_dir() -> Non
     assert runc["options"]["Root"].startswith(str(STATE))
     assert runc["options"]["SystemdCgroup"] is False
     assert cri["cni"]["conf_dir"].startswith(str(STATE))
+    # Registry hosts are read per pull from the node's state: a registry can join later.
+    assert cri["registry"]["config_path"] == str(real_node_config.registry_hosts_dir(STATE))
+    assert cri["registry"]["config_path"].startswith(str(STATE))
 
 
 def test_cni_bridge_is_the_nodes_own_and_its_subnet_holds_the_gateway() -> None:

@@ -80,3 +80,13 @@ def image_digest(content_id: str) -> str:
     image ID ``sha256:...``); ``""`` when it holds none (a reference by tag only)."""
     _, _, digest = content_id.rpartition("@")
     return digest if digest.startswith("sha256:") else ""
+
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""Kueue's label naming the LocalQueue a workload waits in (``queueName``): on the StatefulSet,
+Kueue's webhooks put it on each pod."""
+QUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+"""The scheduling gate Kueue holds a queued workload's pods with until it admits them all."""
+QUEUE_WORKLOAD_PREFIX = "statefulset-"
+"""Kueue names a StatefulSet's Workload ``statefulset-<name>-<hash>`` (its events carry why the
+workload waits)."""
