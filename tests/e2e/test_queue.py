@@ -17,7 +17,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.e2e.harness import KUBECONFIG, Kube, Project
+from tests.e2e.test_tfd import status, tfd
 from tools.kueue import Kueue
+from trainer.contract.api import QUEUE_ADMISSION_GATE, QUEUE_LABEL
 
 STATEFULSET = "tfd-worker"
 NAMESPACES = ("tfd-queue-a", "tfd-queue-b")
@@ -25,7 +27,6 @@ QUEUE = "team"
 CLUSTER_QUEUE = "tfd-gpus"
 GPU_LABEL = "cloud.google.com/gke-accelerator=nvidia-tesla-t4"  # tools/cluster.py GPU_NODE
 GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
-GATE = "kueue.x-k8s.io/admission"
 WORKERS = 2
 UP_TIMEOUT_S = 120
 PLATFORM = {
@@ -127,7 +128,7 @@ def scheduled(pod: dict) -> bool:
 
 
 def gated(pod: dict) -> bool:
-    return any(g["name"] == GATE for g in pod["spec"].get("schedulingGates") or [])
+    return any(g["name"] == QUEUE_ADMISSION_GATE for g in pod["spec"].get("schedulingGates") or [])
 
 
 def workload(kube: Kube, namespace: str) -> dict:
@@ -201,6 +202,22 @@ def test_one_run_is_admitted_whole_the_other_held_whole(second_up: Background, k
     assert admitted.get("status") == "True", admitted
 
 
+def test_tfd_status_says_queued_with_kueues_reason(
+    second_up: Background, stacks: list[Project], kube: Kube
+) -> None:
+    held = stacks[1]
+    seen = kube.wait_for(
+        "tfd status: queued with Kueue's reason",
+        lambda: (s := status(held))["phase"] == "queued" and "nvidia.com/gpu" in s["reason"] and s,
+        timeout=60,
+    )
+    assert seen["reason"].startswith(f"{WORKERS}/{WORKERS} workers held"), seen["reason"]
+    human = tfd(held, "status")
+    print(f"[tfd output] tfd status of the held run:\n{human.stdout}")
+    assert human.returncode == 0, human.stderr
+    assert "queued" in human.stdout and "nvidia.com/gpu" in human.stdout, human.stdout
+
+
 def test_an_admitted_stack_previews_without_changes(
     second_up: Background, stacks: list[Project]
 ) -> None:
@@ -220,7 +237,7 @@ def test_an_admitted_stack_previews_without_changes(
                                  '[{"op":"add","path":"/spec/template/spec/containers/0/env/-",'
                                  '"value":{"name":"TFD_PROBE","value":"x"}}]')),
         ("queue-name change", ("label", "statefulset", STATEFULSET,
-                               "kueue.x-k8s.io/queue-name=other", "--overwrite")),
+                               f"{QUEUE_LABEL}=other", "--overwrite")),
     ],
 )  # fmt: skip
 def test_what_kueue_refuses_on_a_running_queued_statefulset(
