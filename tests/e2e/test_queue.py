@@ -206,11 +206,22 @@ def test_tfd_status_says_queued_with_kueues_reason(
     second_up: Background, stacks: list[Project], kube: Kube
 ) -> None:
     held = stacks[1]
-    seen = kube.wait_for(
-        "tfd status: queued with Kueue's reason",
-        lambda: (s := status(held))["phase"] == "queued" and "nvidia.com/gpu" in s["reason"] and s,
-        timeout=60,
-    )
+    last: list[dict] = []
+
+    def says_queued() -> dict | None:
+        last[:] = [status(held)]
+        s = last[0]
+        return s if s["phase"] == "queued" and "nvidia.com/gpu" in s["reason"] else None
+
+    try:
+        seen = kube.wait_for("tfd status: queued with Kueue's reason", says_queued, timeout=60)
+    except AssertionError:
+        events = [
+            (e.get("lastTimestamp"), e.get("reason"), e.get("message"))
+            for e in kube.items("event", NAMESPACES[1])
+            if e["involvedObject"]["kind"] == "Workload"
+        ]
+        raise AssertionError(f"last tfd status {last}; the Workload's events {events}") from None
     assert seen["reason"].startswith(f"{WORKERS}/{WORKERS} workers held"), seen["reason"]
     human = tfd(held, "status")
     print(f"[tfd output] tfd status of the held run:\n{human.stdout}")
@@ -227,50 +238,76 @@ def test_an_admitted_stack_previews_without_changes(
 
 
 @pytest.mark.parametrize(
-    ("what", "args"),
+    ("what", "args", "refused"),
     [
         ("replicas 2 -> 3 (spec)", ("patch", "statefulset", STATEFULSET, "--type=merge",
-                                    "-p", '{"spec":{"replicas":3}}')),
+                                    "-p", '{"spec":{"replicas":3}}'), True),
+        # The scale subresource is not a `statefulsets` request: Kueue's webhooks never see it.
         ("replicas 2 -> 3 (scale subresource)",
-         ("scale", "statefulset", STATEFULSET, "--replicas=3")),
+         ("scale", "statefulset", STATEFULSET, "--replicas=3"), False),
+        # Kueue 0.17 admits a new pod template of an admitted StatefulSet.
         ("pod template change", ("patch", "statefulset", STATEFULSET, "--type=json", "-p",
                                  '[{"op":"add","path":"/spec/template/spec/containers/0/env/-",'
-                                 '"value":{"name":"TFD_PROBE","value":"x"}}]')),
+                                 '"value":{"name":"TFD_PROBE","value":"x"}}]'), False),
         ("queue-name change", ("label", "statefulset", STATEFULSET,
-                               f"{QUEUE_LABEL}=other", "--overwrite")),
+                               f"{QUEUE_LABEL}=other", "--overwrite"), True),
     ],
 )  # fmt: skip
 def test_what_kueue_refuses_on_a_running_queued_statefulset(
-    second_up: Background, kube: Kube, what: str, args: tuple[str, ...]
+    second_up: Background, kube: Kube, what: str, args: tuple[str, ...], refused: bool
 ) -> None:
     namespace = NAMESPACES[0]
     before = kube.get("statefulset.apps", STATEFULSET, namespace)
     out = kube.run(*args, "-n", namespace, "--dry-run=server", check=False)
     after = kube.get("statefulset.apps", STATEFULSET, namespace)
-    refused = "denied the request" in out or "Forbidden" in out or "Invalid" in out
-    print(f"[tfd figure] kueue on {what}: {'refused: ' + out.strip() if refused else 'admitted'}")
+    denied = "denied the request" in out or "Forbidden" in out or "Invalid" in out
+    print(f"[tfd figure] kueue on {what}: {'refused: ' + out.strip() if denied else 'admitted'}")
     assert after["metadata"]["generation"] == before["metadata"]["generation"], what
-    if what != "replicas 2 -> 3 (scale subresource)":
-        assert refused, f"{what}: admitted by Kueue: {out}"
+    assert denied is refused, f"{what}: {'refused' if denied else 'admitted'} by Kueue: {out}"
+
+
+def quota_refusals(kube: Kube, namespace: str, pod: str) -> list[str]:
+    """The controller's FailedCreate events of ``pod`` refused by a ResourceQuota."""
+    return [
+        e["message"]
+        for e in kube.items("event", namespace)
+        if e.get("reason") == "FailedCreate" and pod in e.get("message", "")
+        and "exceeded quota" in e.get("message", "")
+    ]  # fmt: skip
 
 
 def test_what_an_hpa_style_scale_up_does_to_a_queued_run(second_up: Background, kube: Kube) -> None:
     # The HPA resizes through the scale subresource, which Kueue's StatefulSet webhooks do not
-    # see (their rules name `statefulsets` only): what becomes of the extra worker?
+    # see (their rules name `statefulsets` only): what becomes of the extra worker? Here the
+    # stack's own ResourceQuota (pods and GPUs of `replicas` workers, autoscaling off) refuses
+    # it before Kueue sees a pod.
     namespace = NAMESPACES[0]
+    third = f"{STATEFULSET}-2"
     kube.run("scale", "statefulset", STATEFULSET, "-n", namespace, "--replicas=3")
     try:
-        third = kube.wait_for(
-            "a third pod", lambda: kube.get("pod", f"{STATEFULSET}-2", namespace), timeout=30
+        kube.wait_for(
+            "a third pod, or its refusal",
+            lambda: kube.get("pod", third, namespace) or quota_refusals(kube, namespace, third),
+            timeout=30,
         )
-        time.sleep(10)
-        third = kube.get("pod", f"{STATEFULSET}-2", namespace) or third
+        time.sleep(5)
+        pod = kube.get("pod", third, namespace)
         wl = workload(kube, namespace)
         counts = [ps.get("count") for ps in wl["spec"]["podSets"]]
+        fate = (
+            f"worker 2 gated={gated(pod)} scheduled={scheduled(pod)}"
+            if pod
+            else f"worker 2 not created: {quota_refusals(kube, namespace, third)[-1]}"
+        )
         print(
-            f"[tfd figure] scale subresource 2 -> 3 of a queued run: accepted; worker 2 "
-            f"gated={gated(third)} scheduled={scheduled(third)}; Workload podSets count {counts}, "
-            f"admitted={condition(wl, 'Admitted').get('status')}"
+            f"[tfd figure] scale subresource 2 -> 3 of a queued run: accepted; {fate}; Workload "
+            f"podSets count {counts}, admitted={condition(wl, 'Admitted').get('status')}"
+        )
+        # The admitted run keeps its workers whatever becomes of the extra one.
+        running = [p for p in pods(kube, namespace) if scheduled(p)]
+        assert {p["metadata"]["name"] for p in running} >= {f"{STATEFULSET}-0", f"{STATEFULSET}-1"}
+        assert (
+            pod is None or not scheduled(pod) or condition(wl, "Admitted").get("status") == "True"
         )
     finally:
         kube.run("scale", "statefulset", STATEFULSET, "-n", namespace, "--replicas=2")
