@@ -21,6 +21,7 @@ from infra.namespace import TrainingNamespace, TrainingNamespaceArgs
 from infra.network import NetworkPolicies, NetworkPoliciesArgs
 from infra.pod import CONTAINER_NAME
 from infra.provenance import source_commit
+from infra.queue import local_queue
 from infra.workers import Workers, WorkersArgs, max_replicas
 from trainer import contract
 
@@ -149,6 +150,8 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
         WorkerScaleGuardArgs.from_config(cfg, namespace.role_rules),
         on_cluster,
     )
+    # Before the workers: Kueue judges their Workload against the LocalQueue once they exist.
+    queue = local_queue(identity, cfg.queue, in_namespace)
     workers = Workers(
         "workers",
         WorkersArgs.from_config(
@@ -159,7 +162,10 @@ def build_stack(cfg: StackConfig) -> StackOutputs:
             source_commit=commit,
             image_digest=digest,
         ),
-        pulumi.ResourceOptions(providers=[provider], depends_on=[namespace, guard]),
+        pulumi.ResourceOptions(
+            providers=[provider],
+            depends_on=[namespace, guard, *([queue] if queue is not None else [])],
+        ),
     )
     if cfg.autoscaling.enabled:
         Autoscaler("autoscaler", AutoscalerArgs.from_config(cfg, workers.statefulset), in_namespace)

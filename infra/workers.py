@@ -45,6 +45,7 @@ from infra.component import Component
 from infra.config import StackConfig, StorageConfig
 from infra.labels import COMPONENT_WORKER, Identity, metadata, selector, selector_labels
 from infra.pod import PodArgs, pod_template
+from infra.queue import queue_labels
 from trainer import contract
 
 COMPONENT_TYPE = "tfd:infra:Workers"
@@ -80,6 +81,8 @@ class WorkersArgs:
         run_target: what the run is asked to do (:func:`run_target`).
         provenance: the StatefulSet's provenance annotations (``infra.provenance``): annotation
             name -> value (the image digest is an output of the image component).
+        labels: the StatefulSet's labels besides the standard ones: the queue's
+            (:func:`infra.queue.queue_labels`).
     """
 
     pod: PodArgs
@@ -88,6 +91,7 @@ class WorkersArgs:
     cloud: bool
     run_target: str
     provenance: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_config(
@@ -115,6 +119,7 @@ class WorkersArgs:
                 contract.CONFIG_HASH_ANNOTATION: cfg.config_hash,
                 contract.IMAGE_DIGEST_ANNOTATION: image_digest,
             },
+            labels=queue_labels(cfg.queue),
         )
 
 
@@ -245,6 +250,7 @@ class Workers(Component):
                 ident,
                 p.statefulset_name,
                 COMPONENT_WORKER,
+                labels=args.labels,
                 annotations={contract.RUN_ID_ANNOTATION: p.training.run_id, **args.provenance},
             ),
             spec=statefulset_spec(p),

@@ -259,6 +259,26 @@ build_object_store() {
     "github.com/fsouza/fake-gcs-server@v$FAKE_GCS_SERVER_VERSION"
 }
 
+# The queue scenarios' Kueue controller, and its CRDs from the same module (tools/kueue.py
+# applies them; the webhook manifests are read from the module cache at run time).
+build_kueue() {
+  go_tool kueue "$KUEUE_VERSION" "sigs.k8s.io/kueue/cmd/kueue@v$KUEUE_VERSION"
+  local dir=$cache/kueue-$KUEUE_VERSION
+  if [ ! -s "$dir/crds.yaml" ]; then
+    local mod f
+    mod=$(go mod download -json "sigs.k8s.io/kueue@v$KUEUE_VERSION" \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+    for f in "$mod"/config/components/crd/bases/*.yaml; do
+      printf -- '---\n' && cat "$f"
+    done >"$dir/crds.yaml.tmp"
+    cp "$mod/config/components/webhook/manifests.yaml" "$dir/webhooks.yaml"
+    mv "$dir/crds.yaml.tmp" "$dir/crds.yaml"
+  fi
+  mkdir -p "$root/.tools/kueue"
+  ln -sfn "$dir/crds.yaml" "$root/.tools/kueue/crds.yaml"
+  ln -sfn "$dir/webhooks.yaml" "$root/.tools/kueue/webhooks.yaml"
+}
+
 etcd_from_debian() {
   if ! command -v etcd >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -340,6 +360,7 @@ build_node_addons
 build_pause
 build_devplugin
 build_object_store
+build_kueue
 etcd_from_debian
 docker_from_debian
 node_from_debian

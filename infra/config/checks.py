@@ -170,6 +170,20 @@ def cross_field_problems(
                 replicas,
             )
 
+    # Queue (docs/queue.md).
+    if v["queueName"]:
+        if v["autoscalingEnabled"]:
+            fail(
+                "autoscalingEnabled",
+                "must be false with queueName set: Kueue refuses every resize of a queued "
+                "StatefulSet but to and from zero (stop the run and start it with new replicas)",
+                True,
+            )
+    else:
+        for key in ("queueClusterQueue", "queuePriorityClass"):
+            if v[key]:
+                fail(key, "needs queueName (the LocalQueue the workers wait in)", v[key])
+
     # Monitoring: its namespace names nothing on the cluster while monitoring is off.
     namespace = v["monitoringNamespace"]
     if v["monitoringEnabled"] and namespace is not None:

@@ -28,17 +28,24 @@ from trainer.contract import (
     CHECKPOINT_EVERY,
     COLLECTIVE_TIMEOUT,
     COLLECTIVES,
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
     EPOCHS,
     HEARTBEAT_TIMEOUT,
     ON_DONE_POD_MODES,
     ON_DONE_SCALE_TO_ZERO,
     PRECISIONS,
+    QUEUE_LABEL,
+    QUEUE_PRIORITY_CLASS_LABEL,
     REPLICAS,
     RUN_ID,
     RUN_ID_RULE,
     STEPS_PER_EPOCH,
     Interval,
 )
+
+QUEUE_NAME_RULE = "must be a lowercase DNS label (a Kueue object's name and a label value)"
+QUEUE_NAME_LONG = "must be at most 63 characters (a label value)"
 
 GROUPS: dict[str, tuple[Key, ...]] = {
     "The training run": (
@@ -198,6 +205,33 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             300,
             "HPA scale-up stabilization window ({range} s); the CPU use must stay above the "
             "target this long, and at most one worker is added per window.",
+        ),
+    ),
+    "Queue": (
+        Key(
+            "queueName",
+            Text(DNS_LABEL, QUEUE_NAME_RULE, empty=True, longest=63, long_rule=QUEUE_NAME_LONG),
+            "",
+            "The Kueue LocalQueue the workers wait in (docs/queue.md); empty: no queue. Set, the "
+            f"StatefulSet gets the label {QUEUE_LABEL} and its pods wait behind Kueue's "
+            "admission gate until the ClusterQueue has quota for all of them, then start "
+            "together. Needs autoscalingEnabled false (Kueue refuses every resize but to and "
+            "from zero).",
+        ),
+        Key(
+            "queueClusterQueue",
+            Text(DNS_SUBDOMAIN, "must be a ClusterQueue name (DNS subdomain)", empty=True),
+            "",
+            "Empty: the LocalQueue queueName is the platform's and must exist in the namespace. "
+            "Set: the stack creates LocalQueue queueName in its namespace, pointing at this "
+            "ClusterQueue (needs queueName).",
+        ),
+        Key(
+            "queuePriorityClass",
+            Text(DNS_LABEL, QUEUE_NAME_RULE, empty=True, longest=63, long_rule=QUEUE_NAME_LONG),
+            "",
+            "A Kueue WorkloadPriorityClass ordering the run within its queue (label "
+            f"{QUEUE_PRIORITY_CLASS_LABEL}, needs queueName); empty: the queue's default.",
         ),
     ),
     "Monitoring": (

@@ -171,6 +171,30 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True)
+class QueueConfig:
+    """The cluster's queue (Kueue, docs/queue.md) the workers wait in.
+
+    Attributes:
+        name: ``queueName``, the LocalQueue; ``""``: no queue.
+        cluster_queue: ``queueClusterQueue``: the stack creates LocalQueue ``name`` pointing at
+            it; ``""``: the LocalQueue is the platform's.
+        priority_class: ``queuePriorityClass``, a WorkloadPriorityClass; ``""``: none.
+    """
+
+    name: str = ""
+    cluster_queue: str = ""
+    priority_class: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.name)
+
+    @property
+    def creates_local_queue(self) -> bool:
+        return bool(self.name and self.cluster_queue)
+
+
+@dataclass(frozen=True)
 class AutoscalingConfig:
     """HorizontalPodAutoscaler (``autoscaling/v2``) on the worker StatefulSet.
 
@@ -264,6 +288,7 @@ class StackConfig:
             :data:`infra.config.key.NAMESPACE_MODES`).
         project, stack: the Pulumi project and stack names: with ``runId`` they name the run's
             checkpoint directory (``infra.pod.checkpoint_dir``), so no two stacks share one.
+        queue: the cluster's queue the workers wait in (``queueName``...), none by default.
     """
 
     app_name: str
@@ -280,6 +305,7 @@ class StackConfig:
     namespace_mode: str = default_of("namespaceMode")
     config_hash: str = ""
     """SHA-256 of the effective configuration (``infra.provenance.config_digest``)."""
+    queue: QueueConfig = field(default_factory=QueueConfig)
 
     @property
     def owns_namespace(self) -> bool:

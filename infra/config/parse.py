@@ -19,6 +19,7 @@ from infra.config.model import (
     AutoscalingConfig,
     ClusterConfig,
     MonitoringConfig,
+    QueueConfig,
     StackConfig,
     StorageConfig,
     TrainingConfig,
@@ -176,4 +177,9 @@ def build(
         project=project,
         stack=stack,
         image=image_config(v),
+        queue=QueueConfig(
+            name=v["queueName"],
+            cluster_queue=v["queueClusterQueue"],
+            priority_class=v["queuePriorityClass"],
+        ),
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 from tfd.events import WorkerLog, parse_lines
 from tfd.phase import Snapshot
+from trainer.contract.api import QUEUE_ADMISSION_GATE
 from trainer.logs import Log
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -64,7 +65,7 @@ def pod(
     if gated:
         return {
             "metadata": meta,
-            "spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]},
+            "spec": {"schedulingGates": [{"name": QUEUE_ADMISSION_GATE}]},
             "status": {"phase": "Pending", "conditions": [{
                 "type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
                 "message": "Scheduling is blocked due to non-empty scheduling gates",

@@ -85,6 +85,8 @@ def image_digest(content_id: str) -> str:
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 """Kueue's label naming the LocalQueue a workload waits in (``queueName``): on the StatefulSet,
 Kueue's webhooks put it on each pod."""
+QUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+"""Kueue's label naming the WorkloadPriorityClass of a queued workload (``queuePriorityClass``)."""
 QUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
 """The scheduling gate Kueue holds a queued workload's pods with until it admits them all."""
 QUEUE_WORKLOAD_PREFIX = "statefulset-"
