@@ -311,6 +311,17 @@ def test_what_an_hpa_style_scale_up_does_to_a_queued_run(second_up: Background, 
         )
     finally:
         kube.run("scale", "statefulset", STATEFULSET, "-n", namespace, "--replicas=2")
+        # Settled before the next scale: a scale to zero a second after this one once left
+        # Kueue holding the first run's quota (the held run not admitted in 90 s).
+        kube.wait_for(
+            "the first run back at its 2 admitted workers",
+            lambda: (
+                len(pods(kube, namespace)) == WORKERS
+                and all(scheduled(p) for p in pods(kube, namespace))
+                and condition(workload(kube, namespace), "Admitted").get("status") == "True"
+            ),
+            timeout=60,
+        )
 
 
 def test_the_held_run_is_admitted_when_the_first_stops(

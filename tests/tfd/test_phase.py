@@ -40,6 +40,8 @@ CASES = [
          event("statefulset-tfd-worker-5c1a2", "Pending", "old reason", kind="Workload",
                when="2026-12-03T11:00:00Z"),
          event("statefulset-tfd-worker-5c1a2", "Pending", QUOTA, kind="Workload"),
+         event("statefulset-tfd-worker-5c1a2", "OwnerReferencesAdded", "Added 1 owner reference(s)",
+               kind="Workload", when="2026-12-03T12:00:01Z"),
          event("statefulset-other-worker-0b1c", "Pending", "another run's", kind="Workload")]),
      "queued", f"2/2 workers held by the cluster's queue (Kueue): {QUOTA}"),
     ("held by the queue before Kueue said why",
