@@ -28,8 +28,8 @@ never) and moves every epoch's evaluation; more epochs only append epochs. The f
 not the count derived from it, so the world size (which changes a derived count, and the
 converted step with it) stays free.
 
-A run directory without a manifest (a new run, or one from an earlier version) is accepted and
-gets one from its next training chief. Imports no TensorFlow at import time, and a check
+A run directory without a manifest (a new run) is accepted and gets one from its first training
+chief. Imports no TensorFlow at import time, and a check
 against a manifest of the same dataset spec needs none (local files are read with the standard
 library): a finished run's start stays fast. ``gs://``/``s3://`` go through ``tf.io.gfile``.
 """
@@ -237,14 +237,13 @@ def _flat(value: Any, key: str) -> dict[str, Any]:
 
 def differences(recorded: Mapping[str, Any], now: Mapping[str, Any], fields: tuple[str, ...]
                 ) -> dict[str, tuple[Any, Any]]:  # fmt: skip
-    """``{dotted field: (recorded, now)}`` for each of ``fields`` that differs. A field the
-    recorded manifest lacks (written by an earlier version) is not compared."""
+    """``{dotted field: (recorded, now)}`` for each of ``fields`` that differs. The chief
+    writes every field, so one the recorded manifest lacks differs: ``(none) -> now``."""
     now = json.loads(json.dumps(now))  # the types a manifest read back has (lists, floats)
     out: dict[str, tuple[Any, Any]] = {}
     for field in fields:
-        if field not in recorded:
-            continue
-        old, new = _flat(recorded[field], field), _flat(now.get(field), field)
+        old = _flat(recorded[field], field) if field in recorded else {field: _MISSING}
+        new = _flat(now.get(field), field)
         for key in sorted(old.keys() | new.keys()):
             a, b = old.get(key, _MISSING), new.get(key, _MISSING)
             if a != b:

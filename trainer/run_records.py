@@ -82,7 +82,7 @@ class RunRecord:
     image: str | None = None
     """The image reference the run first trained with (manifest)."""
     image_digest: str | None = None
-    """Its ``sha256:`` digest (manifest; for older manifests, the reference's own digest)."""
+    """Its ``sha256:`` digest (manifest; without the annotation, the reference's own digest)."""
     source_commit: str | None = None
     config_hash: str | None = None
     problems: list[str] = field(default_factory=list)

@@ -5,10 +5,8 @@ A run is its checkpoint directory (``TFD_CHECKPOINT_DIR=<root>/<run id>``). The 
 global batch that step counts, and when it was written (``finished_utc``). A finished run stays
 finished, with one exception: the requested total steps exceed the final step recorded
 (``--epochs`` raised with the same run id; another ``--steps-per-epoch`` is refused before this
-by the run manifest, ``trainer.manifest``, and continues only a run from before the manifest
-existed); the workers then resume from the last checkpoint and write ``DONE`` and
-``summary.json`` again at the end. Imports no TensorFlow at
-import time.
+by the run manifest, ``trainer.manifest``); the workers then resume from the last checkpoint
+and write ``DONE`` and ``summary.json`` again at the end. Imports no TensorFlow at import time.
 """
 
 from __future__ import annotations
@@ -25,14 +23,16 @@ from trainer.errors import CheckpointError
 
 @dataclass(frozen=True)
 class DoneRecord:
-    """The content of ``DONE``. Markers of earlier versions hold only the final step: their
-    ``steps_per_epoch`` is ``None`` and the run is then finished for good. Markers written
-    before the end time was recorded have ``finished_utc`` ``""``."""
+    """The content of ``DONE``: the one JSON line the chief writes, every field present.
+
+    ``run_id`` and ``finished_utc`` are filled in by ``trainer.finish`` just before the write;
+    a marker without any field (or one that is not JSON) is refused, not read with defaults.
+    """
 
     final_step: int
-    epochs: int | None = None
-    steps_per_epoch: int | None = None
-    global_batch: int | None = None
+    epochs: int
+    steps_per_epoch: int
+    global_batch: int
     run_id: str = ""
     finished_utc: str = ""
     """ISO 8601 UTC time the chief wrote the marker (``trainer.lease.utc``)."""
@@ -42,46 +42,38 @@ class DoneRecord:
 
     @classmethod
     def parse(cls, text: str, where: str) -> DoneRecord:
-        """Raises: CheckpointError naming ``where`` when the text is neither form."""
+        """Raises: CheckpointError naming ``where`` when the text is not a complete record."""
         stripped = text.strip()
         try:
-            if stripped.isdigit():
-                return cls(final_step=int(stripped))
             doc = json.loads(stripped)
-            final_step = _opt_int(doc["final_step"])
-            if final_step is None or final_step < 0:
-                raise ValueError(final_step)
-            return cls(
-                final_step=final_step,
-                epochs=_opt_int(doc.get("epochs")),
-                steps_per_epoch=_opt_int(doc.get("steps_per_epoch")),
-                global_batch=_opt_int(doc.get("global_batch")),
-                run_id=str(doc.get("run_id") or ""),
-                finished_utc=str(doc.get("finished_utc") or ""),
-            )
+            if not isinstance(doc, dict):
+                raise TypeError(doc)
+            keys = ("final_step", "epochs", "steps_per_epoch", "global_batch")
+            ints = {k: _int(doc[k]) for k in keys}
+            if min(ints.values()) < 0:
+                raise ValueError(ints)
+            strs = {k: doc[k] for k in ("run_id", "finished_utc")}
+            if not all(isinstance(v, str) for v in strs.values()):
+                raise TypeError(strs)
+            return cls(**ints, **strs)
         except (ValueError, KeyError, TypeError):
             raise CheckpointError(
-                f"{where}: must be the final step or a JSON object with final_step (an integer "
-                f">= 0); got "
+                f"{where}: must be a JSON object with final_step, epochs, steps_per_epoch, "
+                f"global_batch (integers >= 0), run_id and finished_utc (strings); got "
                 f"{stripped[:200]!r}; delete it only if the run is not finished"
             ) from None
 
-    def requested_steps(self, config: Config) -> int | None:
+    def requested_steps(self, config: Config) -> int:
         """The total steps ``config`` asks for, counted like ``final_step`` (at the recorded
-        steps per epoch unless ``--steps-per-epoch`` is explicit); ``None`` for old markers."""
-        if self.steps_per_epoch is None:
-            return None
+        steps per epoch unless ``--steps-per-epoch`` is explicit)."""
         return (config.steps_per_epoch or self.steps_per_epoch) * config.epochs
 
     def finished_for(self, config: Config) -> bool:
         """True when the run is finished for these flags: nothing more is requested."""
-        requested = self.requested_steps(config)
-        return requested is None or requested <= self.final_step
+        return self.requested_steps(config) <= self.final_step
 
 
-def _opt_int(value: object) -> int | None:
-    if value is None:
-        return None
+def _int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(value)
     return value

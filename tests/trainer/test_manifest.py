@@ -220,15 +220,13 @@ def test_the_eval_dataset_is_fingerprinted_like_the_dataset(tmp_path: Path):
     assert "(eval_dataset.sha256: " in message and "\n" not in message, message
 
 
-def test_a_manifest_of_an_earlier_version_compares_only_what_it_holds(tmp_path: Path):
+def test_a_manifest_without_a_field_is_refused_naming_the_file_and_field(tmp_path: Path):
+    """The chief writes every field: one missing differs from any setting, even the same one."""
     doc = _recorded(tmp_path, Config(), ENV)
-    newer = ("app", "learning_rate", "learning_rate_scaling", "steps_per_epoch", "eval_dataset")
-    for field in newer:
-        del doc[field]
+    del doc["learning_rate"]
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(doc))
-    changed = Config(learning_rate=0.1, learning_rate_scaling="none", steps_per_epoch=8,
-                     eval_dataset="synthetic")  # fmt: skip
-    RunGuard(str(tmp_path), changed, ENV | {contract.ENV_APP: "new"}, Log(0)).check()
+    with pytest.raises(RunConflictError, match=r"manifest\.json: .*\(learning_rate: \(none\) -> "):
+        RunGuard(str(tmp_path), Config(), ENV, Log(0)).check()
 
 
 def test_no_manifest_accepts_any_start_and_a_garbage_one_is_refused(tmp_path: Path):

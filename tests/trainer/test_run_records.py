@@ -81,15 +81,15 @@ def lease_expired(run: Path) -> None:
     _lease(run, NOW - 1)
 
 
-def old_format_done(run: Path) -> None:
-    """A run of an earlier version: a DONE of the final step alone, no manifest."""
-    _summary(run)
+def digit_only_done(run: Path) -> None:
+    """A DONE of the final step alone (not the record the chief writes): refused, named."""
+    done_run(run)
     _done(run, "96\n")
 
 
 def digest_reference_no_digest_field(run: Path) -> None:
-    """A manifest from before the digest was recorded, of a cloud stack (a digest reference)."""
-    _manifest(run, image=f"reg/tfd@{DIGEST}", image_digest=None)
+    """A launch without the digest annotation (``""``) of a digest reference: its digest."""
+    _manifest(run, image=f"reg/tfd@{DIGEST}", image_digest="")
     _checkpoint(run, 8)
 
 
@@ -158,8 +158,6 @@ DONE = {
     "duration_s": 1800.0,
 }
 FINISH_UNKNOWN = {"finished_utc": None, "duration_s": None}
-NO_MANIFEST = dict.fromkeys(("started_utc", "image", "image_digest", "source_commit"))
-NO_MANIFEST["config_hash"] = None
 
 
 @pytest.mark.parametrize(
@@ -169,7 +167,7 @@ NO_MANIFEST["config_hash"] = None
         (checkpoint_only, {"step": 40}, ""),
         (training, {"state": "training", "step": 40}, ""),
         (lease_expired, {"step": 40}, ""),
-        (old_format_done, {**DONE, **NO_MANIFEST, "finished_utc": None, "duration_s": None}, ""),
+        (digit_only_done, {**DONE, **FINISH_UNKNOWN}, "r1/DONE: must be a JSON object"),
         (digest_reference_no_digest_field, {"step": 8, "image": f"reg/tfd@{DIGEST}"}, ""),
         (corrupt_summary, {**DONE, "accuracy": None, "loss": None}, "summary.json: not JSON"),
         (corrupt_done, {**DONE, **FINISH_UNKNOWN}, "DONE: must be"),
@@ -212,9 +210,10 @@ def test_runs_are_listed_newest_first(tmp_path: Path):
     for name, started in (("a", "2026-12-01T00:00:00Z"), ("b", "2026-12-02T00:00:00Z")):
         (tmp_path / name).mkdir()
         _manifest(tmp_path / name, created_utc=started)
-    (tmp_path / "old").mkdir()
-    old_format_done(tmp_path / "old")
-    assert [r.run_id for r in run_records.list_runs(str(tmp_path))] == ["b", "a", "old"]
+    (tmp_path / "unmanifested").mkdir()
+    _summary(tmp_path / "unmanifested")
+    _done(tmp_path / "unmanifested")
+    assert [r.run_id for r in run_records.list_runs(str(tmp_path))] == ["b", "a", "unmanifested"]
 
 
 def test_the_manifest_the_chief_writes_carries_what_the_listing_shows(tmp_path: Path):

@@ -37,14 +37,12 @@ def test_finished_for(flags: dict[str, int], finished: bool, requested: int):
     assert RECORD.finished_for(config) is finished, flags
 
 
-def test_old_marker_is_finished_for_good():
-    old = runs.DoneRecord.parse("96\n", "DONE")
-    assert old == runs.DoneRecord(final_step=96)
-    # A JSON marker from before the end time was recorded: no time, the rest read.
-    text = '{"final_step":96,"epochs":3,"steps_per_epoch":32,"global_batch":128,"run_id":"a"}'
-    assert runs.DoneRecord.parse(text, "DONE") == runs.DoneRecord(96, 3, 32, 128, "a")
-    assert old.requested_steps(Config(epochs=100)) is None
-    assert old.finished_for(Config(epochs=100))
+def test_digit_only_or_incomplete_marker_is_refused(tmp_path: Path):
+    # A bare final step, or a JSON marker without the end time: not a form the chief writes.
+    for text in ("96\n", '{"final_step":96,"epochs":3,"steps_per_epoch":32,"global_batch":128}'):
+        (tmp_path / contract.DONE_MARKER).write_text(text)
+        with pytest.raises(CheckpointError, match=rf"{tmp_path}/DONE: must be a JSON object"):
+            runs.read_done(str(tmp_path))
 
 
 def test_record_round_trip(tmp_path: Path):
@@ -57,10 +55,11 @@ def test_record_round_trip(tmp_path: Path):
 
 BAD_MARKERS = ["", "done", '{"epochs": 3}', '{"final_step": "x"}', "[1]"]
 BAD_MARKERS += ['{"final_step": 1e999}', '{"final_step": -1}', '{"final_step": 2.5}']
+BAD_MARKERS += [RECORD.to_text().replace('"epochs":3', '"epochs":true')]
 
 
 @pytest.mark.parametrize("text", BAD_MARKERS)
 def test_bad_marker_is_a_checkpoint_error(tmp_path: Path, text: str):
     (tmp_path / contract.DONE_MARKER).write_text(text)
-    with pytest.raises(CheckpointError, match=r"DONE: must be the final step or a JSON object"):
+    with pytest.raises(CheckpointError, match=r"DONE: must be a JSON object with final_step"):
         runs.read_done(str(tmp_path))
