@@ -12,8 +12,9 @@ from typing import Any
 from pulumi.runtime.rpc import unwrap_rpc_secret
 
 
-def _strip_tag(image_name: str) -> str:
-    """``registry:5000/repo:tag`` -> ``registry:5000/repo`` (a ``:`` after the last ``/``)."""
+def repository(image_name: str) -> str:
+    """``registry:5000/repo:tag`` -> ``registry:5000/repo`` (a ``:`` after the last ``/``); the
+    stand-in Docker provider (``tools/docker_provider.py``) finds its pushed digest by it."""
     head, _, last = image_name.rpartition("/")
     name = last.split(":", 1)[0]
     return f"{head}/{name}" if head else name
@@ -64,7 +65,7 @@ def mock_image_outputs(type_: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
             "dockerfile": build.get("dockerfile", "Dockerfile"),
             "platform": build.get("platform"),
             "repoDigest": (
-                f"sha256:{digest}" if skip_push else f"{_strip_tag(image_name)}@sha256:{digest}"
+                f"sha256:{digest}" if skip_push else f"{repository(image_name)}@sha256:{digest}"
             ),
         }
     )

@@ -29,6 +29,8 @@ from pulumi.provider.experimental.property_value import PropertyValue
 from pulumi.provider.experimental.server import main
 from pulumi.runtime import rpc
 
+from infra.image_mock import repository
+
 IMAGE = "docker:index/image:Image"
 BUILD_TIMEOUT_S = 1800
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,13 +91,6 @@ def context_digest(context: Path, dockerfile: Path) -> str:
             digest.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     digest.update(b"Dockerfile\0" + hashlib.sha256(dockerfile.read_bytes()).digest())
     return f"sha256:{digest.hexdigest()}"
-
-
-def repository(image_name: str) -> str:
-    """``host:5000/repo:tag`` -> ``host:5000/repo``."""
-    head, _, last = image_name.rpartition("/")
-    name = last.split(":", 1)[0]
-    return f"{head}/{name}" if head else name
 
 
 class DockerError(RuntimeError):

@@ -547,3 +547,15 @@ def test_the_documented_user_settings_reach_the_workers() -> None:
     args = container["args"]
     for flag, value in (("--model", "my_model:build"), ("--dataset", f"{image.CODE_PATH}/data")):
         assert flag in args and args[args.index(flag) + 1] == value, f"dev: container args {args}"
+
+
+@pytest.mark.parametrize(
+    ("name", "repo"),
+    [
+        ("tf-distributed-trainer:0.1.0", "tf-distributed-trainer"),
+        ("127.0.0.1:5443/tfd/trainer:e2e", "127.0.0.1:5443/tfd/trainer"),
+        ("registry.example.com/a/b", "registry.example.com/a/b"),
+    ],
+)
+def test_repository_drops_only_the_tag(name: str, repo: str) -> None:
+    assert image_mock.repository(name) == repo

@@ -9,7 +9,7 @@ from pathlib import Path
 import pulumi.provider.experimental.provider as p
 import pytest
 
-from tools.docker_provider import StandInDocker, context_digest, repository, wrap
+from tools.docker_provider import StandInDocker, context_digest, wrap
 
 
 def _context(tmp_path: Path) -> Path:
@@ -45,18 +45,6 @@ def test_the_context_digest_moves_only_with_what_docker_build_sends(
                                 else "new\n")  # fmt: skip
     after = context_digest(context, context / "Dockerfile")
     assert (before != after) is changes, f"{path}: digest {'kept' if changes else 'moved'}"
-
-
-@pytest.mark.parametrize(
-    ("name", "repo"),
-    [
-        ("tf-distributed-trainer:0.1.0", "tf-distributed-trainer"),
-        ("127.0.0.1:5443/tfd/trainer:e2e", "127.0.0.1:5443/tfd/trainer"),
-        ("registry.example.com/a/b", "registry.example.com/a/b"),
-    ],
-)
-def test_repository_drops_only_the_tag(name: str, repo: str) -> None:
-    assert repository(name) == repo
 
 
 STATE = {
