@@ -22,13 +22,13 @@ from infra.config.kinds import (
     TrainerFlagList,
     ValuesFile,
     Whole,
+    dns_label,
 )
 from trainer.contract import (
     BATCH_SIZE,
     CHECKPOINT_EVERY,
     COLLECTIVE_TIMEOUT,
     COLLECTIVES,
-    DNS_LABEL,
     DNS_SUBDOMAIN,
     EPOCHS,
     HEARTBEAT_TIMEOUT,
@@ -44,8 +44,12 @@ from trainer.contract import (
     Interval,
 )
 
-QUEUE_NAME_RULE = "must be a lowercase DNS label (a Kueue object's name and a label value)"
-QUEUE_NAME_LONG = "must be at most 63 characters (a label value)"
+QUEUE_OBJECT_NAME = dns_label(
+    long_rule="must be at most 63 characters (a label value)",
+    why="a Kueue object's name and a label value",
+    empty=True,
+)
+"""``queueName`` and ``queuePriorityClass``: optional, a Kueue object's name and a label value."""
 
 GROUPS: dict[str, tuple[Key, ...]] = {
     "The training run": (
@@ -210,7 +214,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
     "Queue": (
         Key(
             "queueName",
-            Text(DNS_LABEL, QUEUE_NAME_RULE, empty=True, longest=63, long_rule=QUEUE_NAME_LONG),
+            QUEUE_OBJECT_NAME,
             "",
             "The Kueue LocalQueue the workers wait in (docs/queue.md); empty: no queue. Set, the "
             f"StatefulSet gets the label {QUEUE_LABEL} and its pods wait behind Kueue's "
@@ -228,7 +232,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
         ),
         Key(
             "queuePriorityClass",
-            Text(DNS_LABEL, QUEUE_NAME_RULE, empty=True, longest=63, long_rule=QUEUE_NAME_LONG),
+            QUEUE_OBJECT_NAME,
             "",
             "A Kueue WorkloadPriorityClass ordering the run within its queue (label "
             f"{QUEUE_PRIORITY_CLASS_LABEL}, needs queueName); empty: the queue's default.",

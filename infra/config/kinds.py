@@ -110,10 +110,19 @@ class Text:
         return Read(text, broken)
 
 
-def dns_label(longest: int = 63, long_rule: str = "must be at most 63 characters") -> Text:
-    """A lowercase RFC 1123 label (namespace and object names)."""
-    rule = "must be a lowercase DNS label" + (" (<= 63)" if longest == 63 else "")
-    return Text(DNS_LABEL, rule, longest=longest, long_rule=long_rule)
+def dns_label(
+    longest: int = 63,
+    long_rule: str = "must be at most 63 characters",
+    *,
+    why: str = "",
+    empty: bool = False,
+) -> Text:
+    """A lowercase RFC 1123 label (namespace and object names); ``why`` says what it names,
+    ``empty`` allows ``""`` (an optional name)."""
+    rule = "must be a lowercase DNS label" + (
+        f" ({why})" if why else " (<= 63)" if longest == 63 else ""
+    )
+    return Text(DNS_LABEL, rule, empty=empty, longest=longest, long_rule=long_rule)
 
 
 @dataclass(frozen=True)
