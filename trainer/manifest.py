@@ -29,9 +29,9 @@ not the count derived from it, so the world size (which changes a derived count,
 converted step with it) stays free.
 
 A run directory without a manifest (a new run) is accepted and gets one from its first training
-chief. Imports no TensorFlow at import time, and a check
-against a manifest of the same dataset spec needs none (local files are read with the standard
-library): a finished run's start stays fast. ``gs://``/``s3://`` go through ``tf.io.gfile``.
+chief. Imports no TensorFlow at import time, and a check against a manifest of the same dataset
+spec needs none (local files are read with the standard library): a finished run's start stays
+fast. ``gs://``/``s3://`` go through ``tf.io.gfile``.
 """
 
 from __future__ import annotations
