@@ -63,17 +63,20 @@ def metrics_of(kube: Kube, pod: str) -> dict[str, float]:
     return realnode.pod_metrics(kube, NS, pod)
 
 
-def supervisor_restarts(kube: Kube, pod: str) -> float:
-    """``pod``'s supervisor restarts, from an answer: a pod that does not answer for a moment
+def metric(kube: Kube, pod: str, name: str) -> float:
+    """``pod``'s sample of ``name``, from an answer: a pod that does not answer for a moment
     (its trainer restarting) has no sample, which must not read as 0 (a later count would be
     compared with a baseline below the real one)."""
-    name = contract.METRIC_SUPERVISOR_RESTARTS
 
     def probe() -> dict[str, float] | None:
         found = metrics_of(kube, pod)
         return found if name in found else None
 
     return kube.wait_for(f"{name} of {pod}", probe, 120, 2)[name]
+
+
+def supervisor_restarts(kube: Kube, pod: str) -> float:
+    return metric(kube, pod, contract.METRIC_SUPERVISOR_RESTARTS)
 
 
 def hpa_scaling_disabled(kube: Kube) -> bool:
@@ -246,14 +249,6 @@ def test_an_hpa_resize_restarts_the_trainer_in_place(
     assert restarted > restarts, "the supervisor did not restart the trainer for the new size"
 
 
-def global_step(kube: Kube) -> float:
-    def probe() -> dict[str, float] | None:
-        found = metrics_of(kube, f"{STS}-0")
-        return found if contract.METRIC_STEP in found else None
-
-    return kube.wait_for(f"{contract.METRIC_STEP} of {STS}-0", probe, 120, 2)[contract.METRIC_STEP]
-
-
 def shorten_the_run(training: dict, stack: Project, kube: Kube) -> None:
     """Lower the running run's epochs to end :data:`SHORTENED_MARGIN_S` from now at its pace.
 
@@ -262,9 +257,9 @@ def shorten_the_run(training: dict, stack: Project, kube: Kube) -> None:
     at the HPA's count, so the run still ends with three workers.
     """
     training["epochs"] = EPOCHS
-    first, started = global_step(kube), time.monotonic()
+    first, started = metric(kube, f"{STS}-0", contract.METRIC_STEP), time.monotonic()
     time.sleep(20)
-    rate = (global_step(kube) - first) / (time.monotonic() - started)
+    rate = (metric(kube, f"{STS}-0", contract.METRIC_STEP) - first) / (time.monotonic() - started)
     end = first + rate * (time.monotonic() - started + SHORTENED_MARGIN_S)
     epochs = min(EPOCHS, int(end) // STEPS_PER_EPOCH + 1)
     print(f"[real-node figure] lifecycle stack: {rate:.1f} steps/s at 3 workers; "
