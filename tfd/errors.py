@@ -56,6 +56,11 @@ class ClusterError(TfdError):
     exit_code = EXIT_UNAVAILABLE
 
 
+class NodeUnreachableError(ClusterError):
+    """The API server answered but could not reach a pod's node (its kubelet) for a log: a
+    preempted, lost or restarting node. ``status`` reads on without that worker's log."""
+
+
 class RunFailedError(TfdError):
     """The run failed while ``tfd`` waited for it (the cause is the worker's own line)."""
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from tfd.errors import ClusterError, UsageError, one_line
+from tfd.errors import ClusterError, NodeUnreachableError, UsageError, one_line
 from tfd.events import WorkerLog, parse_lines
 from tfd.phase import Snapshot, ordinal
 
@@ -171,7 +171,10 @@ class Cluster:
         except ApiException as err:
             if err.status in (400, 404):  # not started yet, no previous instance, pod gone
                 return []
-            raise _api_error(f"get pods/log {self.namespace}/{pod}", err) from None
+            error = _api_error(f"get pods/log {self.namespace}/{pod}", err)
+            if (err.status or 0) >= 500:  # the API server's proxy to the node's kubelet failed
+                raise NodeUnreachableError(str(error)) from None
+            raise error from None
         except Exception as err:  # noqa: BLE001 - no answer
             raise _api_error(f"get pods/log {self.namespace}/{pod}", err) from None
         return str(text or "").splitlines()
@@ -183,18 +186,22 @@ class Cluster:
             return Snapshot(None, deploying=deploying)
         pods = self.pods(sts)
         logs: dict[int, WorkerLog] = {}
+        unreadable: dict[int, str] = {}
         for pod in pods[:MAX_LOGS]:
             name, n = pod["metadata"]["name"], ordinal(pod)
             statuses = (pod.get("status") or {}).get("containerStatuses") or []
             if not statuses:
                 continue
             restarted = any(s.get("restartCount") for s in statuses)
-            logs[n] = WorkerLog(
-                n,
-                parse_lines(self.log(name)),
-                parse_lines(self.log(name, previous=True, tail=50)) if restarted else [],
-            )
-        return Snapshot(sts, pods, self.events(), logs, deploying=deploying)
+            try:
+                logs[n] = WorkerLog(
+                    n,
+                    parse_lines(self.log(name)),
+                    parse_lines(self.log(name, previous=True, tail=50)) if restarted else [],
+                )
+            except NodeUnreachableError as err:
+                unreadable[n] = str(err)
+        return Snapshot(sts, pods, self.events(), logs, deploying=deploying, unreadable=unreadable)
 
     def patch_annotations(self, annotations: Mapping[str, str | None]) -> None:
         """Set (or, for ``None``, remove) annotations of the StatefulSet."""

@@ -70,6 +70,8 @@ class Snapshot:
     logs: Mapping[int, WorkerLog] = field(default_factory=dict)
     deploying: bool = False
     now: float = field(default_factory=time.time)
+    unreadable: Mapping[int, str] = field(default_factory=dict)
+    """Workers whose log the API server could not read from their node, and why."""
 
 
 @dataclass
@@ -292,6 +294,8 @@ def _recent(snap: Snapshot, sts: str) -> list[str]:
                 elif not detail and "start_step" in r:
                     detail = f"from step {r['start_step']}"
                 items.append((float(r.get("ts", 0)), f"worker {n}: {r['event']} {detail}".strip()))
+    for n, why in snap.unreadable.items():
+        items.append((snap.now, f"worker {n}: log unreadable now: {why}"))
     return [text for _, text in sorted(items)[-LAST_EVENTS:]]
 
 

@@ -240,6 +240,8 @@ def up(node: str = "kwok") -> None:
     ``node`` is ``kwok`` (two simulated nodes) or ``real`` (one real node: ``tools/node.py``).
     """
     down(quiet=True)
+    for bridge in node_host.reclaim_stale():
+        print(f"cluster up: removed {bridge}, left by a real node that no longer runs", flush=True)
     real = node == "real"
     logs = STATE / "logs"
     logs.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tools.real_node_config import DNS_IP, NODE_IP, POD_GATEWAY, Names
+from tools.real_node_config import BRIDGE_PREFIX, DNS_IP, NODE_IP, POD_GATEWAY, Names
 
 # The kernel tunables the kubelet sets when protectKernelDefaults is off (pkg/kubelet/cm).
 KERNEL_TUNABLES = (
@@ -133,6 +133,39 @@ def mounts_under(path: Path) -> list[str]:
         if point == str(path) or point.startswith(f"{path}/"):
             out.append(point)
     return sorted(out, key=lambda p: -p.count("/"))
+
+
+def node_alive(names: Names) -> bool:
+    """Whether a real node with these names still runs here: a process in its cgroups (its
+    pods) or a kubelet with the node's address (none of it survives a machine restart)."""
+    if cgroup_pids(names):
+        return True
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"--node-ip={NODE_IP}".encode() in cmd:
+            return True
+    return False
+
+
+def reclaim_stale() -> list[str]:
+    """Remove the bridge and cgroups of every real node (of any checkout) whose processes are
+    gone: a killed session or a restarted machine leaves them, and their addresses would keep
+    every later node from starting (and make the kwok node's address local). The bridges
+    removed; a live node's are kept."""
+    removed = []
+    for dev in sorted(Path("/sys/class/net").glob(f"{BRIDGE_PREFIX}*")):
+        names = Names.for_tag(dev.name.removeprefix(BRIDGE_PREFIX))
+        if node_alive(names):
+            continue
+        remove_cgroups(names)
+        run("ip", "link", "del", dev.name, check=False)
+        removed.append(dev.name)
+    return removed
 
 
 def network_up(names: Names) -> None:

@@ -28,6 +28,9 @@ STAND_IN_GPUS = 2
 than three workers, so a third one stays Pending (tests/e2e/test_real_gpu.py)."""
 
 
+BRIDGE_PREFIX = "tfdbr"
+
+
 @dataclass(frozen=True)
 class Names:
     """Host names and paths of one checkout's node: unique per checkout, short enough for Linux
@@ -38,8 +41,11 @@ class Names:
 
     @classmethod
     def for_root(cls, root: Path) -> Names:
-        tag = hashlib.sha256(str(root).encode()).hexdigest()[:6]
-        return cls(bridge=f"tfdbr{tag}", cgroup=f"tfd-node-{tag}")
+        return cls.for_tag(hashlib.sha256(str(root).encode()).hexdigest()[:6])
+
+    @classmethod
+    def for_tag(cls, tag: str) -> Names:
+        return cls(bridge=f"{BRIDGE_PREFIX}{tag}", cgroup=f"tfd-node-{tag}")
 
 
 @dataclass(frozen=True)
