@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from tfd.errors import TfdError, UsageError
+from tfd.errors import NodeUnreachableError, TfdError, UsageError
 from tfd.kube import Cluster, wait
 from tfd.phase import ordinal
 
@@ -121,6 +121,7 @@ class Follower:
 
     def _worker(self, n: int) -> None:
         last: tuple[float, int] | None = None
+        unreachable = False  # said once per outage of the worker's node
         import time
 
         while not self.stopped.is_set():
@@ -137,11 +138,21 @@ class Follower:
                     pod["metadata"]["name"], since, self.stopped.is_set
                 ):
                     ts, text = split_line(line)
+                    unreachable = False
                     if last is not None and ts <= last:
                         continue
                     last = ts
                     with self.lock:
                         self.emit(prefixed(n, text, self.as_json, ts))
+            except NodeUnreachableError as err:  # a lost or restarting node: try again
+                if not unreachable:
+                    unreachable = True
+                    now = time.time()
+                    note = f"tfd: log unreadable now, retrying: {err}"
+                    with self.lock:
+                        self.emit(prefixed(n, note, self.as_json, (now, 0)))
+                wait(POLL_S, self.stopped.is_set)
+                continue
             except TfdError as err:
                 self.error = err
                 self.stopped.set()

@@ -62,6 +62,14 @@ def _api_error(what: str, err: Exception) -> ClusterError:
     return ClusterError(one_line(f"{what}: cannot reach the cluster: {err}"))
 
 
+def _log_error(what: str, err: Exception) -> ClusterError:
+    """A log read's error: a 5xx is the API server's proxy to the node's kubelet failing."""
+    error = _api_error(what, err)
+    if (getattr(err, "status", 0) or 0) >= 500:
+        return NodeUnreachableError(str(error))
+    return error
+
+
 class Cluster:
     """One run's objects on the cluster: the namespace and worker StatefulSet of a stack."""
 
@@ -171,10 +179,7 @@ class Cluster:
         except ApiException as err:
             if err.status in (400, 404):  # not started yet, no previous instance, pod gone
                 return []
-            error = _api_error(f"get pods/log {self.namespace}/{pod}", err)
-            if (err.status or 0) >= 500:  # the API server's proxy to the node's kubelet failed
-                raise NodeUnreachableError(str(error)) from None
-            raise error from None
+            raise _log_error(f"get pods/log {self.namespace}/{pod}", err) from None
         except Exception as err:  # noqa: BLE001 - no answer
             raise _api_error(f"get pods/log {self.namespace}/{pod}", err) from None
         return str(text or "").splitlines()
@@ -251,7 +256,7 @@ class Cluster:
         except ApiException as err:
             if err.status in (400, 404):
                 return
-            raise _api_error(f"get pods/log {self.namespace}/{pod}", err) from None
+            raise _log_error(f"get pods/log {self.namespace}/{pod}", err) from None
         except Exception as err:  # noqa: BLE001 - no answer
             raise _api_error(f"get pods/log {self.namespace}/{pod}", err) from None
         buffer = b""

@@ -26,7 +26,7 @@ CHECKPOINTS_SUBDIR = "checkpoints"
 CHECKPOINT_NAME = "ckpt"
 """Checkpoint prefix in ``checkpoints/``: ``ckpt-<step>.index``, ``ckpt-<step>.data-*``."""
 GLOBAL_BATCH_KEY = "global_batch"
-"""Checkpoint attribute holding the global batch its step counts; older checkpoints lack it."""
+"""Checkpoint attribute holding the global batch its step counts."""
 LOSS_SCALE_KEY = "loss_scale"
 """Checkpoint attribute holding fp16's loss-scale state; checkpoints of other precisions lack
 it."""
@@ -69,15 +69,15 @@ def step_of(path: str) -> int:
     return int(match.group(1)) if match else -1
 
 
-def saved_batch(path: str, default: int) -> int:
-    """The global batch the step of checkpoint ``path`` counts (``default``: it records none,
-    or cannot be read: its restore will say why)."""
+def saved_batch(path: str) -> int | None:
+    """The global batch the step of checkpoint ``path`` counts; ``None`` when it cannot be
+    read (the restore skips such a checkpoint and says why)."""
     import tensorflow as tf
 
     try:
         return int(tf.train.load_variable(path, f"{GLOBAL_BATCH_KEY}/.ATTRIBUTES/VARIABLE_VALUE"))
     except (tf.errors.OpError, ValueError, KeyError, IndexError):
-        return default
+        return None
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Progress:
     step). Steps saved before and after a resize or a new ``--batch-size`` never compare."""
 
     global_batch: int
-    """The current one: a checkpoint that records none is taken as saved with it."""
+    """The current one."""
     steps_kept: bool = False
 
     @classmethod
@@ -100,8 +100,9 @@ class Progress:
 
     def of(self, path: str) -> int:
         """The progress of checkpoint ``path`` (its step from its name, its global batch from
-        the checkpoint)."""
-        return self.at(step_of(path), saved_batch(path, self.global_batch))
+        the checkpoint); -1, behind every other, when its global batch cannot be read."""
+        batch = saved_batch(path)
+        return -1 if batch is None else self.at(step_of(path), batch)
 
 
 def manager(ckpt: Any, root: str, is_chief: bool, task_index: int) -> tuple[Any, str]:

@@ -69,11 +69,11 @@ def restore(
     with another global batch (another world size) has its step converted so that the
     examples already seen are kept: ``step * saved_global_batch // global_batch``, at most
     ``total``, unless ``--steps-per-epoch`` is explicit: epochs are then counted in steps and
-    the step is kept. Checkpoints without the global batch are taken as saved with the
-    current one. The optimizer's ``iterations`` is set to the step (step-keyed schedules and
-    Adam's bias correction follow the training progress) and its learning rate to what the
-    flags give for the current global batch (``--learning-rate-scaling``), never the saved
-    rate.
+    the step is kept. A checkpoint that lacks one of the tracked objects or the global batch
+    is skipped like a corrupt one. The optimizer's ``iterations`` is set to the step
+    (step-keyed schedules and Adam's bias correction follow the training progress) and its
+    learning rate to what the flags give for the current global batch
+    (``--learning-rate-scaling``), never the saved rate.
 
     Raises:
         CheckpointError: the state file is corrupt, names only missing files, or no listed
@@ -114,12 +114,15 @@ def restore(
     skipped: list[str] = []
     for path in candidates:
         try:
-            saved = GLOBAL_BATCH_KEY in saved_attributes(path)
-            objects = {**tracked, GLOBAL_BATCH_KEY: batch_var} if saved else tracked
+            objects = {**tracked, GLOBAL_BATCH_KEY: batch_var}
+            # A restore matches only what the checkpoint holds: one without a tracked object
+            # would leave it at its initial value, silently.
+            if missing := sorted(set(objects) - saved_attributes(path)):
+                raise ValueError(f"it holds no {', '.join(missing)}")
             tf.train.Checkpoint(**objects).restore(path).assert_existing_objects_matched()
             break
         # IndexError: TensorFlow's reader on a .data file cut short ("Read less bytes than
-        # requested"); AssertionError/ValueError: saved by another model.
+        # requested"); AssertionError/ValueError: saved by another model (or lacks an object).
         except (tf.errors.OpError, AssertionError, ValueError, IndexError) as err:
             why = f"{path}: cannot restore (corrupt, or saved by another model): {first_line(err)}"
             first_error = first_error or why

@@ -98,7 +98,7 @@ class Task:
             )
             # Loss and accuracy of the last completed epoch: the summary survives a restart.
             self.last_metrics = tf.Variable([0.0, 0.0], trainable=False, name="last_epoch_metrics")
-            # Loss and accuracy of the last evaluation pass (absent from older checkpoints).
+            # Loss and accuracy of the last evaluation pass.
             self.last_eval = tf.Variable([-1.0, -1.0], trainable=False, name="last_eval_metrics")
             self.sums = tf.Variable(
                 tf.zeros(3),

@@ -10,6 +10,7 @@ import pytest
 
 from tests.tfd.builders import pod, sts
 from tfd import follow
+from tfd.errors import NodeUnreachableError
 
 
 class RestartingCluster:
@@ -59,3 +60,36 @@ def test_follow_prints_each_line_once_across_a_restart() -> None:
     assert lines == ["[worker 0] line a", "[worker 0] line b", "[worker 0] line c after restart"]
     assert cluster.since[0] == 600  # --since for the first stream, then from the last line
     assert all(s is not None and s >= 1 for s in cluster.since[1:]), cluster.since
+
+
+class LostNodeCluster(RestartingCluster):
+    """Worker 0's node cannot serve its log twice (a preempted node), then its pod, recreated
+    elsewhere, streams a line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 2
+        self.streams = [["2026-12-03T12:01:00.1Z line on the new node"]]
+
+    def stream(self, name: str, since_s: int | None, stop: Callable[[], bool]) -> Iterator[str]:
+        if self.failures:
+            self.failures -= 1
+            raise NodeUnreachableError("get pods/log ns/tfd-worker-0: HTTP 500: connection refused")
+        return super().stream(name, since_s, stop)
+
+
+def test_follow_says_once_that_a_nodes_log_is_unreadable_and_goes_on() -> None:
+    cluster = LostNodeCluster()
+    lines: list[str] = []
+    follower = follow.Follower(cluster, lines.append, worker=None, since_s=None, as_json=False)
+    runner = threading.Thread(target=follower.run, daemon=True)
+    runner.start()
+    assert cluster.done.wait(60), "the follower stopped at the unreadable log"
+    follower.stopped.set()
+    runner.join(10)
+    assert follower.error is None, follower.error
+    assert lines == [
+        "[worker 0] tfd: log unreadable now, retrying: get pods/log ns/tfd-worker-0: HTTP 500: "
+        "connection refused",
+        "[worker 0] line on the new node",
+    ]

@@ -25,9 +25,9 @@ from trainer.metrics import Metrics
 SUBDIR = checkpoints.CHECKPOINTS_SUBDIR
 
 
-def _save(root: Path, steps: tuple[int, ...], global_batch: int | None = None) -> None:
-    """``ckpt-<step>`` for each step, its weights ``[step, step]``; ``global_batch``: recorded
-    with them (None: not, as in checkpoints from before it was)."""
+def _save(root: Path, steps: tuple[int, ...], global_batch: int = 64) -> None:
+    """``ckpt-<step>`` for each step, its weights ``[step, step]``, with the global batch its
+    steps count."""
     weights, step = tf.Variable([0.0, 0.0]), tf.Variable(0, dtype=tf.int64)
     ckpt = tf.train.Checkpoint(w=weights, step=step, **_batch(global_batch))
     manager, _ = checkpoints.manager(ckpt, str(root), True, 0)
@@ -37,10 +37,8 @@ def _save(root: Path, steps: tuple[int, ...], global_batch: int | None = None) -
         manager.save(checkpoint_number=s)
 
 
-def _batch(global_batch: int | None) -> dict[str, tf.Variable]:
-    """The global batch attribute a task's checkpoint has (none when ``global_batch`` is None)."""
-    if global_batch is None:
-        return {}
+def _batch(global_batch: int = 64) -> dict[str, tf.Variable]:
+    """The global batch attribute a task's checkpoint has."""
     return {checkpoints.GLOBAL_BATCH_KEY: tf.Variable(global_batch, dtype=tf.int64)}
 
 
@@ -239,7 +237,7 @@ def test_a_failed_save_leaves_the_latest_checkpoint_and_no_partial_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: object
 ):
     weights, step = tf.Variable([1.0, 1.0]), tf.Variable(0, dtype=tf.int64)
-    ckpt = tf.train.Checkpoint(w=weights, step=step)
+    ckpt = tf.train.Checkpoint(w=weights, step=step, **_batch())
     manager, _ = checkpoints.manager(ckpt, str(tmp_path), True, 0)
     checkpoints.save(manager, step, 1, "", Metrics(), Log(0, io.StringIO()), True)
     directory = tmp_path / SUBDIR

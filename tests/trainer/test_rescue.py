@@ -22,18 +22,16 @@ from trainer.rescue import RESCUE_PREFIX, Rescue, checkpointed_variables, prune_
 SUBDIR = checkpoints.CHECKPOINTS_SUBDIR
 
 
-def _rescue(
-    root: Path, task: int, step: int, global_batch: int | None = None, start: int = 0
-) -> list[dict]:
+def _rescue(root: Path, task: int, step: int, global_batch: int = 64, start: int = 0) -> list[dict]:
     """Worker ``task`` held weights ``[step, step]`` after its call ending at ``step``; the next
     call broke off part-way (weights -1) and the peer was lost: it writes its rescue.
-    ``global_batch``: the one its steps count, recorded in the checkpoint (None: not recorded,
-    taken as 64); ``start``: the step the worker resumed at."""
+    ``global_batch``: the one its steps count, recorded in the checkpoint; ``start``: the step
+    the worker resumed at."""
     weights, step_var = tf.Variable([0.0, 0.0]), tf.Variable(0, dtype=tf.int64)
     stream = io.StringIO()
     ckpt = tf.train.Checkpoint(w=weights, step=step_var, **_batch(global_batch))
-    rescue = Rescue(ckpt, step_var, str(root), task, start, Log(task, stream),
-                    Progress(global_batch or 64))  # fmt: skip
+    log = Log(task, stream)
+    rescue = Rescue(ckpt, step_var, str(root), task, start, log, Progress(global_batch))
     weights.assign([float(step)] * 2)
     rescue.snapshot(step)
     weights.assign([-1.0, -1.0])

@@ -152,13 +152,14 @@ def test_a_failed_async_write_keeps_the_previous_checkpoint(full_volume: Path): 
 def test_a_landed_save_deletes_the_rescues_it_passed_on_the_chief(
     tmp_path: Path, asynchronous: bool, is_chief: bool
 ):
+    from tests.trainer.test_checkpoints import _batch
     from tests.trainer.test_rescue import _rescue
 
     _rescue(tmp_path, 1, 36)
     _rescue(tmp_path, 2, 236)
     w, step = tf.Variable([1.0]), tf.Variable(0, dtype=tf.int64)
-    manager, temp = checkpoints.manager(tf.train.Checkpoint(w=w, step=step), str(tmp_path),
-                                        is_chief, 0)  # fmt: skip
+    ckpt = tf.train.Checkpoint(w=w, step=step, **_batch())
+    manager, temp = checkpoints.manager(ckpt, str(tmp_path), is_chief, 0)
     saver = Saver(
         manager, step, temp, Metrics(), Log(0, io.StringIO()), is_chief, asynchronous, PROGRESS
     )

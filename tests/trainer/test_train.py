@@ -49,7 +49,6 @@ def _restore(
 @pytest.mark.parametrize(
     ("saved_batch", "saved_step", "global_batch", "total", "start"),
     [
-        (None, 40, 64, 96, 40),  # saved before the global batch was recorded: taken as equal
         (64, 40, 64, 96, 40),  # same world size
         (64, 40, 96, 63, 26),  # 2 -> 3 workers: 2560 examples seen, 26 full batches of 96
         (64, 40, 32, 192, 80),  # 2 -> 1 worker
@@ -59,7 +58,7 @@ def _restore(
 )
 def test_restore_converts_step_to_global_batch(
     tmp_path: Path,
-    saved_batch: int | None,
+    saved_batch: int,
     saved_step: int,
     global_batch: int,
     total: int,
@@ -68,9 +67,11 @@ def test_restore_converts_step_to_global_batch(
     import tensorflow as tf
 
     weights = tf.Variable([1.0, 2.0])
-    objects = {"w": weights, "step": tf.Variable(saved_step, dtype=tf.int64)}
-    if saved_batch is not None:
-        objects[checkpoints.GLOBAL_BATCH_KEY] = tf.Variable(saved_batch, dtype=tf.int64)
+    objects = {
+        "w": weights,
+        "step": tf.Variable(saved_step, dtype=tf.int64),
+        checkpoints.GLOBAL_BATCH_KEY: tf.Variable(saved_batch, dtype=tf.int64),
+    }
     tf.train.CheckpointManager(
         tf.train.Checkpoint(**objects), str(tmp_path / checkpoints.CHECKPOINTS_SUBDIR), 3
     ).save(checkpoint_number=saved_step)
@@ -86,7 +87,7 @@ def test_restore_converts_step_to_global_batch(
     assert int(step_var.numpy()) == start and int(batch_var.numpy()) == global_batch
     events = {e["event"]: e for e in map(json.loads, log.getvalue().splitlines())}
     assert events["resume"]["step"] == start
-    if saved_batch in (None, global_batch):
+    if saved_batch == global_batch:
         assert "rescale" not in events, events
     else:
         assert events["rescale"] == {
@@ -96,6 +97,51 @@ def test_restore_converts_step_to_global_batch(
             "global_batch": global_batch,
             "step": start,
         }
+
+
+@pytest.mark.parametrize(
+    ("lacks", "saved"),
+    [
+        ("global_batch", {"w": [3.0, 4.0], "step": 40}),
+        ("last_eval", {"w": [3.0, 4.0], "step": 40, "global_batch": 64}),
+    ],
+)
+def test_a_checkpoint_lacking_a_tracked_object_is_skipped_naming_it(
+    tmp_path: Path, lacks: str, saved: dict[str, object]
+):
+    """Restored, it would leave that object at its initial value: a run's summary with a
+    made-up evaluation, or a step counted in another global batch. The older complete one
+    restores instead; alone, it is the error."""
+    import tensorflow as tf
+
+    directory = str(tmp_path / checkpoints.CHECKPOINTS_SUBDIR)
+    complete = {
+        "w": tf.Variable([1.0, 2.0]),
+        "step": tf.Variable(20, dtype=tf.int64),
+        "last_eval": tf.Variable([0.5, 0.75]),
+        checkpoints.GLOBAL_BATCH_KEY: tf.Variable(64, dtype=tf.int64),
+    }
+    lacking = {k: tf.Variable(v) for k, v in saved.items()}
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(**complete), directory, 3)
+    manager.save(checkpoint_number=20)
+    tf.train.CheckpointManager(tf.train.Checkpoint(**lacking), directory, 3).save(40)
+
+    weights, last_eval = tf.Variable([0.0, 0.0]), tf.Variable([-1.0, -1.0])
+    step_var, batch_var = tf.Variable(0, dtype=tf.int64), tf.Variable(64, dtype=tf.int64)
+    tracked = {"w": weights, "step": step_var, "last_eval": last_eval}
+    worker, log = _worker(tmp_path)
+    assert _restore(worker, tracked, step_var, batch_var, 96) == 20
+    assert weights.numpy().tolist() == [1.0, 2.0] and last_eval.numpy().tolist() == [0.5, 0.75]
+    warnings = [e for e in map(json.loads, log.getvalue().splitlines()) if e["event"] == "warning"]
+    assert len(warnings) == 1 and f"it holds no {lacks}" in warnings[0]["message"], warnings
+    assert "ckpt-40" in warnings[0]["message"], warnings
+
+    for name in tf.io.gfile.glob(f"{directory}/ckpt-20*"):
+        tf.io.gfile.remove(name)
+    tf.train.CheckpointManager(tf.train.Checkpoint(**lacking), directory, 1).save(40)
+    worker, log = _worker(tmp_path)
+    with pytest.raises(errors.CheckpointError, match=f"ckpt-40.*it holds no {lacks}"):
+        _restore(worker, tracked, step_var, batch_var, 96)
 
 
 def test_no_checkpoint_starts_at_zero(tmp_path: Path):
