@@ -364,9 +364,14 @@ def up(node: str = "kwok") -> None:
             f"--config={TOOLS / 'kwok-stages.yaml'}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--cidr={POD_CIDR}", "--node-ip=10.244.0.1",
-            "--node-lease-duration-seconds=40",
+            f"--cidr={POD_CIDR}", "--node-lease-duration-seconds=40",
+            # The nodes' kubelet endpoint is kwok's own server (TLS, the API server's cert), so a
+            # log read gets kwok's answer ("no logs found", 400) on loopback, whatever the host's
+            # network does with an address nothing here serves.
+            "--node-ip=127.0.0.1", f"--node-port={kwok_port}",
             f"--server-address=127.0.0.1:{kwok_port}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
         ],
         logs,
     )  # fmt: skip
