@@ -60,6 +60,20 @@ def prefixed(worker: int, text: str, as_json: bool, ts: tuple[float, int]) -> st
     return f"[worker {worker}] {text}"
 
 
+def unreadable_note(
+    worker: int, err: NodeUnreachableError, as_json: bool, retrying: bool = False
+) -> str:
+    """tfd's own line for a worker whose node cannot serve its log (``note``, not ``line``,
+    in JSON: never taken for the worker's output)."""
+    text = f"tfd: log unreadable now{', retrying' if retrying else ''}: {err}"
+    if as_json:
+        import json
+        import time
+
+        return json.dumps({"worker": worker, "ts": time.time(), "note": text})
+    return f"[worker {worker}] {text}"
+
+
 def _started(pod: dict[str, Any]) -> bool:
     return any(
         {"running", "terminated"} & set(s.get("state") or {})
@@ -84,12 +98,17 @@ def print_logs(
         n = ordinal(pod)
         if worker is not None and n != worker:
             continue
-        for line in cluster.log(
-            pod["metadata"]["name"],
-            tail=None,
-            timestamps=True,
-            since_s=int(since_s) if since_s else None,
-        ):
+        try:
+            got = cluster.log(
+                pod["metadata"]["name"],
+                tail=None,
+                timestamps=True,
+                since_s=int(since_s) if since_s else None,
+            )
+        except NodeUnreachableError as err:  # the other workers' lines still print
+            emit(unreadable_note(n, err, as_json))
+            continue
+        for line in got:
             ts, text = split_line(line)
             lines.append((ts, n, text))
     for ts, n, text in sorted(lines, key=lambda t: (t[0], t[1])):
@@ -147,10 +166,8 @@ class Follower:
             except NodeUnreachableError as err:  # a lost or restarting node: try again
                 if not unreachable:
                     unreachable = True
-                    now = time.time()
-                    note = f"tfd: log unreadable now, retrying: {err}"
                     with self.lock:
-                        self.emit(prefixed(n, note, self.as_json, (now, 0)))
+                        self.emit(unreadable_note(n, err, self.as_json, retrying=True))
                 wait(POLL_S, self.stopped.is_set)
                 continue
             except TfdError as err:

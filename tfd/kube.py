@@ -14,13 +14,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from tfd.errors import ClusterError, NodeUnreachableError, UsageError, one_line
 from tfd.events import WorkerLog, parse_lines
 from tfd.phase import Snapshot, ordinal
+
+if TYPE_CHECKING:  # the client loads lazily: tfd's commands start fast
+    from kubernetes.client.rest import ApiException
 
 CONTAINER = "trainer"
 """The workers' container (``infra.pod.CONTAINER_NAME``; importing that module would load the
@@ -62,10 +65,10 @@ def _api_error(what: str, err: Exception) -> ClusterError:
     return ClusterError(one_line(f"{what}: cannot reach the cluster: {err}"))
 
 
-def _log_error(what: str, err: Exception) -> ClusterError:
+def _log_error(what: str, err: ApiException) -> ClusterError:
     """A log read's error: a 5xx is the API server's proxy to the node's kubelet failing."""
     error = _api_error(what, err)
-    if (getattr(err, "status", 0) or 0) >= 500:
+    if err.status is not None and err.status >= 500:
         return NodeUnreachableError(str(error))
     return error
 
@@ -199,13 +202,17 @@ class Cluster:
                 continue
             restarted = any(s.get("restartCount") for s in statuses)
             try:
-                logs[n] = WorkerLog(
-                    n,
-                    parse_lines(self.log(name)),
-                    parse_lines(self.log(name, previous=True, tail=50)) if restarted else [],
-                )
+                current = parse_lines(self.log(name))
             except NodeUnreachableError as err:
                 unreadable[n] = str(err)
+                continue
+            previous = []
+            if restarted:
+                try:
+                    previous = parse_lines(self.log(name, previous=True, tail=50))
+                except NodeUnreachableError as err:
+                    unreadable[n] = str(err)
+            logs[n] = WorkerLog(n, current, previous)
         return Snapshot(sts, pods, self.events(), logs, deploying=deploying, unreadable=unreadable)
 
     def patch_annotations(self, annotations: Mapping[str, str | None]) -> None:

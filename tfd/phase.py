@@ -436,6 +436,9 @@ def derive(snap: Snapshot) -> RunStatus:
             status.reason = (
                 "first steps taken; examples/s and ETA come with the first progress line"
             )
+    elif snap.unreadable:
+        workers = ", ".join(str(n) for n in sorted(snap.unreadable))
+        status.reason = f"workers ready; the log of worker {workers} cannot be read now"
     else:
         status.reason = "workers ready; no training step logged yet"
     return status

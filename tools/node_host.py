@@ -136,35 +136,47 @@ def mounts_under(path: Path) -> list[str]:
 
 
 def node_alive(names: Names) -> bool:
-    """Whether a real node with these names still runs here: a process in its cgroups (its
-    pods) or a kubelet with the node's address (none of it survives a machine restart)."""
+    """Whether the real node with these names still runs: a process in its cgroups (its pods),
+    or its bridge holding the node's address while a process names that address (the API
+    server binds it first, the kubelet, kube-proxy and metrics-server after). Nothing of it
+    survives a machine restart."""
     if cgroup_pids(names):
         return True
+    if f" {NODE_IP}/" not in run("ip", "-o", "addr", "show", "dev", names.bridge, check=False):
+        return False
+    address = NODE_IP.encode()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            cmd = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if f"--node-ip={NODE_IP}".encode() in cmd:
+        if address in cmd:
             return True
     return False
+
+
+def reclaim(names: Names) -> bool:
+    """Remove the bridge and cgroups of the node with these names unless it is alive; whether
+    it is gone now."""
+    if node_alive(names):
+        return False
+    if left := remove_cgroups(names):
+        raise NodeError(f"a stale node's cgroups could not be removed: {left}")
+    run("ip", "link", "del", names.bridge)
+    return True
 
 
 def reclaim_stale() -> list[str]:
     """Remove the bridge and cgroups of every real node (of any checkout) whose processes are
     gone: a killed session or a restarted machine leaves them, and their addresses would keep
-    every later node from starting (and make the kwok node's address local). The bridges
-    removed; a live node's are kept."""
+    every later node from starting. The bridges removed; a live node's are kept."""
     removed = []
     for dev in sorted(Path("/sys/class/net").glob(f"{BRIDGE_PREFIX}*")):
         names = Names.for_tag(dev.name.removeprefix(BRIDGE_PREFIX))
-        if node_alive(names):
-            continue
-        remove_cgroups(names)
-        run("ip", "link", "del", dev.name, check=False)
-        removed.append(dev.name)
+        if reclaim(names):
+            removed.append(dev.name)
     return removed
 
 

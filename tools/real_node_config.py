@@ -29,6 +29,7 @@ than three workers, so a third one stays Pending (tests/e2e/test_real_gpu.py).""
 
 
 BRIDGE_PREFIX = "tfdbr"
+"""Every real node's bridge name starts so: ``cluster up`` finds the ones a dead node left."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Names:
 
     @classmethod
     def for_tag(cls, tag: str) -> Names:
+        """The names of the node whose checkout hashes to ``tag`` (its bridge's suffix)."""
         return cls(bridge=f"{BRIDGE_PREFIX}{tag}", cgroup=f"tfd-node-{tag}")
 
 

@@ -71,7 +71,7 @@ def step_of(path: str) -> int:
 
 def saved_batch(path: str) -> int | None:
     """The global batch the step of checkpoint ``path`` counts; ``None`` when it cannot be
-    read (the restore skips such a checkpoint and says why)."""
+    read (:meth:`Progress.of` ranks such a checkpoint behind every other)."""
     import tensorflow as tf
 
     try:

@@ -62,7 +62,7 @@ def restore(
     A checkpoint that does not restore (its files cut short, missing or garbled, e.g. a save
     that a full volume or a crash interrupted) is skipped with a ``warning`` naming it, and the
     next older one the state file lists is tried; only when none restores is it an error.
-    A rescue checkpoint (:mod:`trainer.rescue`) further on than the newest of the state file
+    A rescue checkpoint (:mod:`trainer.rescue`) further on than every one of the state file
     (:class:`Progress`: examples seen) is tried first.
 
     ``batch_var`` holds the current global batch on entry and on return. A checkpoint saved
@@ -106,29 +106,31 @@ def restore(
     progress = Progress.of_run(config, global_batch)
     # A rescue further on than the chief's newest checkpoint comes first (trainer.rescue),
     # compared by examples seen: steps saved at other global batches do not compare.
-    newest = progress.of(candidates[0]) if candidates else -1
+    # The newest that records its global batch: a damaged newest one ranks behind every other.
+    newest = max((progress.of(p) for p in candidates), default=-1)
     candidates = [p for p in rescues(directory, progress) if progress.of(p) > newest] + candidates
     if not candidates:
         return 0, None
     first_error = ""
     skipped: list[str] = []
+    objects = {**tracked, GLOBAL_BATCH_KEY: batch_var}
     for path in candidates:
         try:
-            objects = {**tracked, GLOBAL_BATCH_KEY: batch_var}
             # A restore matches only what the checkpoint holds: one without a tracked object
             # would leave it at its initial value, silently.
-            if missing := sorted(set(objects) - saved_attributes(path)):
-                raise ValueError(f"it holds no {', '.join(missing)}")
-            tf.train.Checkpoint(**objects).restore(path).assert_existing_objects_matched()
-            break
+            missing = sorted(set(objects) - saved_attributes(path))
+            if not missing:
+                tf.train.Checkpoint(**objects).restore(path).assert_existing_objects_matched()
+                break
+            why = f"{path}: cannot restore: it holds no {', '.join(missing)} (another trainer's)"
         # IndexError: TensorFlow's reader on a .data file cut short ("Read less bytes than
-        # requested"); AssertionError/ValueError: saved by another model (or lacks an object).
+        # requested"); AssertionError/ValueError: saved by another model.
         except (tf.errors.OpError, AssertionError, ValueError, IndexError) as err:
             why = f"{path}: cannot restore (corrupt, or saved by another model): {first_line(err)}"
-            first_error = first_error or why
-            skipped.append(path)
-            log.event("warning", message=f"{why}; trying the next older checkpoint")
-            batch_var.assign(global_batch)  # a failed attempt may have set it
+        first_error = first_error or why
+        skipped.append(path)
+        log.event("warning", message=f"{why}; trying the next older checkpoint")
+        batch_var.assign(global_batch)  # a failed attempt may have set it
     else:
         raise CheckpointError(first_error)
     saved_step, saved_batch = int(step_var.numpy()), int(batch_var.numpy())

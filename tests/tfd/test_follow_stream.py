@@ -93,3 +93,33 @@ def test_follow_says_once_that_a_nodes_log_is_unreadable_and_goes_on() -> None:
         "connection refused",
         "[worker 0] line on the new node",
     ]
+
+
+class OneNodeLostCluster(RestartingCluster):
+    """Two workers; worker 0's node cannot serve its log."""
+
+    def pods(self, live: dict) -> list[dict]:
+        return [pod(0), pod(1)]
+
+    def log(self, name: str, **_: object) -> list[str]:
+        if name.endswith("-0"):
+            raise NodeUnreachableError("get pods/log ns/tfd-worker-0: HTTP 500: connection refused")
+        return ["2026-12-03T12:00:00.1Z line of worker 1"]
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_logs_print_the_other_workers_lines_and_name_the_unreadable_one(as_json: bool) -> None:
+    import json
+
+    lines: list[str] = []
+    count = follow.print_logs(
+        OneNodeLostCluster(), lines.append, worker=None, since_s=None, as_json=as_json
+    )
+    assert count == 1, lines
+    note = "tfd: log unreadable now: get pods/log ns/tfd-worker-0: HTTP 500: connection refused"
+    if as_json:
+        first, second = map(json.loads, lines)
+        assert (first["worker"], first["note"], "line" in first) == (0, note, False), first
+        assert (second["worker"], second["line"]) == (1, "line of worker 1"), second
+    else:
+        assert lines == [f"[worker 0] {note}", "[worker 1] line of worker 1"]

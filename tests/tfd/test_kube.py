@@ -4,6 +4,7 @@ answer as the kubernetes client does; the e2e suite reads a live cluster)."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -52,18 +53,25 @@ def cluster(error: ApiException) -> Cluster:
     return c
 
 
+REASONS = {403: "Forbidden", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
 def api_error(status: int, message: str) -> ApiException:
-    err = ApiException(status=status, reason="Internal Server Error")
-    err.body = f'{{"kind": "Status", "message": {message!r}}}'.replace("'", '"')
+    """As the client raises it: the API server's Status object as the body."""
+    err = ApiException(status=status, reason=REASONS[status])
+    err.body = json.dumps({"kind": "Status", "message": message})
     return err
 
 
 def test_a_log_the_node_cannot_serve_leaves_that_worker_out_and_says_so() -> None:
     snap = cluster(api_error(500, UNREACHABLE)).snapshot()
     assert sorted(snap.logs) == [1], f"logs read: {sorted(snap.logs)}"
-    assert "connection refused" in snap.unreadable[0], snap.unreadable
-    events = derive(snap).events
-    assert any(e.startswith("worker 0: log unreadable now: get pods/log") for e in events), events
+    assert snap.unreadable[0] == (
+        f"get pods/log {NAMESPACE}/{STS}-0: HTTP 500 Internal Server Error: {UNREACHABLE}"
+    ), snap.unreadable
+    status = derive(snap)
+    assert f"worker 0: log unreadable now: {snap.unreadable[0]}" in status.events, status.events
+    assert status.reason == "workers ready; the log of worker 0 cannot be read now", status
 
 
 @pytest.mark.parametrize(

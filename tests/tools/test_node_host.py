@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def bridge() -> Iterator[Names]:
-    """A node's bridge and cgroups as ``host_up`` leaves them, for a checkout of this test's."""
+    """A node's bridge and cgroups as ``host_up`` leaves them, under names of this test's own
+    (never another checkout's node: ``reclaim`` is called on these names only)."""
     names = Names.for_tag(uuid.uuid4().hex[:6])
     subprocess.run(["ip", "link", "add", names.bridge, "type", "bridge"], check=True)
     node_host.make_cgroups(names)
@@ -33,7 +34,7 @@ def bridge() -> Iterator[Names]:
 
 
 def test_a_dead_nodes_bridge_and_cgroups_are_removed(bridge: Names) -> None:
-    assert bridge.bridge in node_host.reclaim_stale()
+    assert node_host.reclaim(bridge)
     assert not Path(f"/sys/class/net/{bridge.bridge}").exists(), f"{bridge.bridge} kept"
     left = [h for h in node_host.cgroup_hierarchies() if (h / bridge.cgroup).exists()]
     assert left == [], f"cgroups of {bridge.bridge} kept: {left}"
@@ -45,7 +46,7 @@ def test_a_node_with_a_process_in_its_cgroups_is_kept(bridge: Names) -> None:
         try:
             (memory / "cgroup.procs").write_text(str(pod.pid))
             assert node_host.node_alive(bridge)
-            assert bridge.bridge not in node_host.reclaim_stale()
+            assert not node_host.reclaim(bridge)
             assert Path(f"/sys/class/net/{bridge.bridge}").exists(), f"{bridge.bridge} removed"
         finally:
             pod.kill()

@@ -72,6 +72,16 @@ def test_restore_resumes_from_the_newest_of_the_checkpoints_and_the_rescues(
     assert [e["checkpoint"] for e in events if e["event"] == "resume"] == [path]
 
 
+def test_a_damaged_newest_checkpoint_never_puts_a_passed_rescue_first(tmp_path: Path):
+    """Its global batch unreadable, the damaged newest one ranks last; the rescue the intact
+    300 passed stays behind it, as if the 400 were not there."""
+    _rescue(tmp_path, 1, 236)
+    _save(tmp_path, (200, 300, 400))
+    Path(_path(tmp_path, 400) + ".index").unlink()
+    step, path, _, events = _restore(tmp_path)
+    assert (step, path) == (300, _path(tmp_path, 300)), events
+
+
 def test_a_damaged_rescue_falls_back_to_the_chiefs_checkpoint(tmp_path: Path):
     _save(tmp_path, (200,))
     _rescue(tmp_path, 1, 236)

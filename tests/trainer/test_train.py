@@ -102,7 +102,7 @@ def test_restore_converts_step_to_global_batch(
 @pytest.mark.parametrize(
     ("lacks", "saved"),
     [
-        ("global_batch", {"w": [3.0, 4.0], "step": 40}),
+        ("global_batch", {"w": [3.0, 4.0], "step": 40, "last_eval": [0.1, 0.2]}),
         ("last_eval", {"w": [3.0, 4.0], "step": 40, "global_batch": 64}),
     ],
 )
