@@ -27,7 +27,7 @@ from tfd.phase import (
 from tfd.stack import ROOT, StackHandle
 from tfd.up import UpInterrupted, WatchedUp
 from trainer.contract.api import RUN_ID_ANNOTATION
-from trainer.run_records import RunRecord
+from trainer.run_list import RunRecord
 
 POLL_S = 3.0
 """Seconds between two readings of the cluster while waiting."""
@@ -63,7 +63,7 @@ class StopResult:
 
 @dataclass
 class RunEntry(RunRecord):
-    """One run of the stack, as its records say (``trainer.run_records.RunRecord``), and
+    """One run of the stack, as its records say (``trainer.run_list.RunRecord``), and
     whether it is the stack's current run."""
 
     current: bool = False
@@ -208,7 +208,7 @@ class TfdClient:
             UsageError: the stack has no worker StatefulSet on the cluster.
             ClusterError: the cluster refused or failed a request, or the reader failed.
         """
-        from tfd.records import RunsReader
+        from tfd.runs_reader import RunsReader
 
         cluster = self.cluster()
         sts = cluster.statefulset()

@@ -6,7 +6,7 @@ StatefulSet, ``list`` its pods and the namespace's events, ``get pods/log`` (the
 the logs through the API server, so no NetworkPolicy changes and the workers get no new rights),
 and for ``stop``/``submit`` a ``patch`` of the StatefulSet (its stop annotation) and of its
 ``scale`` subresource; ``runs`` adds ``create pods/exec`` or a reader pod's ``create``, ``get``
-and ``delete`` (:mod:`tfd.records`).
+and ``delete`` (:mod:`tfd.runs_reader`).
 """
 
 from __future__ import annotations

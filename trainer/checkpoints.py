@@ -1,13 +1,12 @@
 """Checkpoints in ``TFD_CHECKPOINT_DIR``: where they live, how far into the run each is
-(:class:`Progress`), saving, and small file helpers; restoring is :mod:`trainer.restore`.
+(:class:`Progress`) and saving; restoring is :mod:`trainer.restore`, the file layer
+:mod:`trainer.storage`.
 
 Imports no TensorFlow at import time (the DONE check runs before TensorFlow is needed).
 """
 
 from __future__ import annotations
 
-import errno
-import os
 import re
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from trainer.config import Config
 from trainer.errors import CheckpointError, ContractError
 from trainer.logs import Log
 from trainer.metrics import Metrics
+from trainer.storage import gfile, join, write_error
 
 CHECKPOINTS_SUBDIR = "checkpoints"
 CHECKPOINT_NAME = "ckpt"
@@ -43,17 +43,6 @@ def checkpoint_root(env: Mapping[str, str]) -> str:
     if why is not None:
         raise ContractError(f"{contract.ENV_CHECKPOINT_DIR}: {why}; got {value!r}")
     return value.rstrip("/")
-
-
-def join(root: str, name: str) -> str:
-    """``root`` and ``name`` with one slash: local paths and gs:// URIs alike."""
-    return f"{root}/{name}"
-
-
-def gfile() -> Any:
-    import tensorflow as tf
-
-    return tf.io.gfile
 
 
 def saved_attributes(path: str) -> set[str]:
@@ -202,67 +191,3 @@ def discard(manager: Any, step: int, keep: set[str | None]) -> None:
                 fs.remove(leftover)
     except Exception:  # noqa: BLE001 - cleaning up after a failure must not hide it
         pass
-
-
-def no_space(err: BaseException) -> bool:
-    """Whether a write failed on a full volume or quota (ENOSPC, EDQUOT): an ``OSError`` with
-    that errno, or TensorFlow's ``ResourceExhaustedError`` carrying its message."""
-    reasons = {errno.ENOSPC, errno.EDQUOT}
-    if isinstance(err, OSError):
-        return err.errno in reasons
-    text = getattr(err, "message", "") or str(err)
-    return type(err).__name__ == "ResourceExhaustedError" and any(
-        os.strerror(code) in text for code in reasons
-    )
-
-
-def write_error(err: BaseException, path: str, what: str) -> CheckpointError:
-    """One line for a failed write of ``what`` to ``path`` (exit 5)."""
-    if no_space(err):
-        return CheckpointError(f"no space left on {path}: {what} not written")
-    return CheckpointError(f"{path}: cannot write {what}: {first_line(err)}")
-
-
-def write_text(path: str, text: str) -> None:
-    fs = gfile()
-    tmp = path + ".tmp"
-    with fs.GFile(tmp, "w") as f:
-        f.write(text)
-    fs.rename(tmp, path, overwrite=True)
-
-
-def mtime(path: str) -> float | None:
-    try:
-        return gfile().stat(path).mtime_nsec / 1e9
-    except Exception:  # noqa: BLE001 - only a metric; object stores may not report it
-        return None
-
-
-_TF_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
-"""The ``{{function_node __wrapped__...}}`` prefix TensorFlow puts before an op's message."""
-
-
-def first_line(err: BaseException) -> str:
-    """The line of an error message that says what went wrong.
-
-    TensorFlow's errors from a ``tf.function`` start with ``Graph execution error:`` and the
-    Python stack of the failed op (``Detected at node ...``, indented ``File`` lines); the
-    cause follows, e.g. ``Collective ops is aborted by: ... The following tasks are unhealthy
-    (stopped sending heartbeats):`` with the task on the next line. Those headers, indented
-    lines and the ``{{function_node ...}}`` prefix are skipped; a line ending in ``:`` is joined
-    with the next one (the task it names).
-    """
-    text = getattr(err, "message", "") or str(err)
-    lines = [
-        _TF_FUNCTION_NODE.sub("", raw).strip()
-        for raw in text.splitlines()
-        if raw.strip()
-        and not raw[0].isspace()
-        and raw.strip() != "Graph execution error:"
-        and not raw.startswith("Detected at node")
-    ]
-    if not lines:
-        return text.strip().splitlines()[0] if text.strip() else type(err).__name__
-    if lines[0].endswith(":") and len(lines) > 1:
-        return f"{lines[0]} {lines[1]}"
-    return lines[0]

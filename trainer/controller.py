@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from trainer import contract, runs
+from trainer import contract, done_marker
 from trainer.checkpoints import Progress
 from trainer.config import Config
 from trainer.context import WorkerContext
@@ -369,6 +369,6 @@ class Controller:
     ) -> None:
         """The final model, ``summary.json`` and ``DONE`` (:func:`trainer.finish.finish`)."""
         s = self.schedule
-        record = runs.DoneRecord(step, s.epochs, s.steps_per_epoch, s.global_batch)
+        record = done_marker.DoneRecord(step, s.epochs, s.steps_per_epoch, s.global_batch)
         finish(self.ctx, self.summaries, strategy, net, figures, evaluates, precision, record,
                rate, self.temp_dir)  # fmt: skip

@@ -1,20 +1,9 @@
-"""Datasets: synthetic (default), MNIST, and user files (.npz or TFRecord; local, gs://, s3://).
+"""Datasets: synthetic (default), MNIST, and user files (.npz or TFRecord; local or gs://).
 
-Every source is sharded by worker explicitly, record by record (``Dataset.shard``), and the
-automatic sharding of tf.distribute is switched off (``AutoShardPolicy.OFF``), so what each worker
-reads does not depend on graph rewrites. Record sharding (rather than whole files per worker)
-gives every worker a share within one record of the others whatever the file sizes, so each
-example is read exactly once per epoch. Each worker's pipeline yields one per-replica batch per
-local replica and step. The stream of batches is a pure function of (seed, epoch, step), which
-lets a resumed worker start exactly at the restored step.
-
-Speed: in-memory data is served by index (each epoch shuffles the shard's indices and gathers a
-batch at a time, no per-example work in tf.data); a TFRecord shard that fits in
-:data:`_CACHE_BYTES` is parsed once (in parallel) into memory and then served the same way; a
-larger one is streamed every epoch. Order is kept deterministic so resuming stays exact.
-
-TFRecord format: ``tf.train.Example`` with ``x`` (float_list, 784 values = 28x28x1, or
-``x_shape`` int64_list giving another shape) and ``y`` (int64 label, 0 to classes - 1).
+Every source is sharded by worker record by record (tf.distribute's auto-sharding off), and
+the stream of batches is a pure function of (seed, epoch, step), so a resumed worker starts
+exactly at the restored step. In-memory data (and a TFRecord shard under :data:`_CACHE_BYTES`)
+is served by index. The format and the rules: docs/trainer.md, "Data".
 """
 
 from __future__ import annotations
@@ -26,9 +15,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from trainer.checkpoints import first_line
-from trainer.errors import DataError
-from trainer.records import IMAGE_SHAPE, bad_record, parse
+from trainer.errors import DataError, first_line
+from trainer.tfrecord import IMAGE_SHAPE, bad_record, parse
 
 SYNTHETIC = "synthetic"
 MNIST = "mnist"
@@ -309,7 +297,7 @@ def eval_dataset(
 
 def _records(source: Source) -> tf.data.Dataset:
     """Every example of ``source`` in one fixed order (files read in parallel, interleaved);
-    a TFRecord comes with its file's name, for :func:`trainer.records.parse`'s error."""
+    a TFRecord comes with its file's name, for :func:`trainer.tfrecord.parse`'s error."""
     if not source.files:
         return tf.data.Dataset.from_tensor_slices((source.x, source.y))
     files = tf.data.Dataset.from_tensor_slices(list(source.files))

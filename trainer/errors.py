@@ -8,6 +8,8 @@ Imports no TensorFlow.
 
 from __future__ import annotations
 
+import re
+
 EXIT_OK = 0
 """Training finished (or was already finished)."""
 EXIT_UNEXPECTED = 1
@@ -152,3 +154,33 @@ class RunConflictError(TrainerError):
     """The run directory's manifest or lease refuses this start (see :data:`EXIT_RUN_CONFLICT`)."""
 
     exit_code = EXIT_RUN_CONFLICT
+
+
+_TF_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
+"""The ``{{function_node __wrapped__...}}`` prefix TensorFlow puts before an op's message."""
+
+
+def first_line(err: BaseException) -> str:
+    """The line of an error message that says what went wrong.
+
+    TensorFlow's errors from a ``tf.function`` start with ``Graph execution error:`` and the
+    Python stack of the failed op (``Detected at node ...``, indented ``File`` lines); the
+    cause follows, e.g. ``Collective ops is aborted by: ... The following tasks are unhealthy
+    (stopped sending heartbeats):`` with the task on the next line. Those headers, indented
+    lines and the ``{{function_node ...}}`` prefix are skipped; a line ending in ``:`` is joined
+    with the next one (the task it names).
+    """
+    text = getattr(err, "message", "") or str(err)
+    lines = [
+        _TF_FUNCTION_NODE.sub("", raw).strip()
+        for raw in text.splitlines()
+        if raw.strip()
+        and not raw[0].isspace()
+        and raw.strip() != "Graph execution error:"
+        and not raw.startswith("Detected at node")
+    ]
+    if not lines:
+        return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]

@@ -12,11 +12,11 @@ import shutil
 import time
 from typing import Any
 
-from trainer import runs
-from trainer.checkpoints import first_line, join, write_error, write_text
+from trainer import done_marker
 from trainer.context import WorkerContext
-from trainer.errors import CheckpointError, DataError, PeerLostError
+from trainer.errors import CheckpointError, DataError, PeerLostError, first_line
 from trainer.lease import utc
+from trainer.storage import join, write_error, write_text
 from trainer.summaries import Summaries
 
 MODEL_FILE = "model.keras"
@@ -31,7 +31,7 @@ def finish(
     figures: tuple[Any, Any],
     evaluates: bool,
     precision: str,
-    record: runs.DoneRecord,
+    record: done_marker.DoneRecord,
     rate: float,
     temp_dir: str,
 ) -> None:
@@ -87,12 +87,9 @@ def finish(
             "steps_per_epoch": record.steps_per_epoch,
             "global_batch": record.global_batch,
         }
-        try:
-            write_text(join(ctx.root, SUMMARY_FILE), summary_text(summary))
-            done = dataclasses.replace(record, run_id=run_id, finished_utc=utc(time.time()))
-            runs.write_done(ctx.root, done)
-        except (tf.errors.OpError, OSError) as err:
-            raise write_error(err, ctx.root, f"{SUMMARY_FILE} and DONE") from None
+        write_text(join(ctx.root, SUMMARY_FILE), summary_text(summary), SUMMARY_FILE)
+        done = dataclasses.replace(record, run_id=run_id, finished_utc=utc(time.time()))
+        done_marker.write_done(ctx.root, done)
     if temp_dir:
         shutil.rmtree(temp_dir, ignore_errors=True)
     # Nobody leaves before the chief has written DONE: a worker that exits early would look
@@ -142,10 +139,10 @@ def classify(err: Any, num_workers: int) -> Exception:
     """Map a TensorFlow runtime error in the loop to the trainer's error tree; the line keeps
     TensorFlow's cause (:func:`~trainer.checkpoints.first_line`: for a lost peer, its task
     and why, e.g. ``stopped sending heartbeats``) or names a malformed TFRecord's file and
-    feature (:func:`trainer.records.bad_record`)."""
+    feature (:func:`trainer.tfrecord.bad_record`)."""
     import tensorflow as tf
 
-    from trainer.records import bad_record
+    from trainer.tfrecord import bad_record
 
     peer_errors = (
         tf.errors.UnavailableError,

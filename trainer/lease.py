@@ -1,49 +1,18 @@
-"""The chief's lease on a run directory: at most one live chief writes a run.
+"""The chief's lease on a run directory, ``chief.lease``: at most one live chief writes a run.
 
-Two chiefs on one directory (two deployments of one stack, a second launch of a local run, a
-chief that hangs while its replacement starts) would each save checkpoints and prune the other's
-(``max_to_keep``), and both write ``model.keras``, ``summary.json`` and ``DONE``. The lease is a
-file, ``<run dir>/chief.lease``, one JSON object (holder, expiry, last renewal), read and
-written through the same file layer as the run itself: local paths and the shared claim with
-the standard library, ``gs://``/``s3://`` through ``tf.io.gfile``. A file with an expiry needs no
-lock primitive, so it works on every storage the project supports (``fcntl`` locks exist on
-neither object store and are unreliable on some NFS servers).
-
-The rules:
-
-- A chief takes the lease when there is none, when it has expired, or when it names this
-  chief's own holder identity (:func:`holder_identity`: namespace, pod name, host and the
-  deployment's token). An in-place restart by the supervisor, or the StatefulSet's recreated
-  ``<sts>-0`` (same name, same StatefulSet), therefore takes its lease back at once, while the
-  same pod name in another deployment (a second StatefulSet on another cluster sharing the
-  bucket, a second ``trainer.local`` launch of the run id on one host) is another holder.
-- A live lease of another holder refuses the start: :class:`~trainer.errors.RunConflictError`
-  (exit 9), one line naming the holder and when the lease expires; nothing is written.
-- The holder renews it every :data:`RENEW_SECONDS` from a thread; it expires
-  :data:`TTL_SECONDS` after the last renewal (three periods: two renewals may fail in a row).
-  A chief that crashed without releasing it blocks another holder for at most that long.
-- A holder that finds at a renewal that another holder has taken the lease (it could not renew
-  for a whole TTL: a frozen process, a storage outage) exits 9 at once, from the thread: it can
-  no longer know that it is alone, so it must not write another byte.
-- The lease is deleted when training ends (the next start need not wait), except on an exit
-  for a restart (75, 76, 77: a lost peer, SIGTERM, a rollout, a resize): the holder then marks
-  it expired (rewritten with its expiry now), so no other holder waits either, and the same
-  holder starting again takes it back at once, without the settle wait a free lease needs.
-
-There is no compare-and-swap on these stores: two chiefs that both find the lease free write
-one after the other; each reads it back after :data:`SETTLE_SECONDS`, and only the one whose
-write landed last goes on. That holds while one read-then-write takes less than the settle
-time. Expiry is a time on the writer's clock compared with the reader's: the nodes' clocks must
-agree to well within :data:`TTL_SECONDS` (NTP does). Imports no TensorFlow at import time.
+Two chiefs on one directory would prune each other's checkpoints and both write the final
+files. The lease is a file with an expiry, renewed from a thread, so it needs no lock primitive
+and works on every storage the trainer supports; the same holder (an in-place or pod restart)
+takes it back at once, another is refused with exit 9. The rules, and what they assume (no
+compare-and-swap, so a settle wait; agreeing clocks): docs/trainer.md, "Chief lease". Imports no
+TensorFlow at import time.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import re
 import socket
 import sys
 import threading
@@ -53,100 +22,21 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainer import contract
-from trainer.checkpoints import write_error
-from trainer.errors import EXIT_RUN_CONFLICT, CheckpointError, RunConflictError
+from trainer.errors import EXIT_RUN_CONFLICT, RunConflictError
 from trainer.logs import Log
+from trainer.storage import read_text, remove, write_text
 
 LEASE_FILE = "chief.lease"
 RENEW_SECONDS = 10.0
 """How often the holder rewrites its lease."""
 TTL_SECONDS = 3 * RENEW_SECONDS
+"""A lease not renewed for this long has expired: another holder may take it."""
 MAX_HOLD_SECONDS = 3600.0
 """The longest a lease may claim to be held past its renewal; a lease file that claims more
 (or an expiry that is not a finite time) is not a lease."""
-"""A lease not renewed for this long has expired: another holder may take it."""
 SETTLE_SECONDS = 1.0
-"""Wait before reading back a lease just taken over (see the module docstring)."""
-
-
-# --- Files: local paths without TensorFlow, URIs through tf.io.gfile. ---------------------------
-
-
-def is_local(path: str) -> bool:
-    """A local path (or the shared claim): read with the standard library, no TensorFlow import
-    (seconds), which a finished run's start never needs otherwise."""
-    return "://" not in path
-
-
-def gfile() -> Any:
-    """``tf.io.gfile``, for ``gs://`` and ``s3://`` URIs."""
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
-def read_text(path: str) -> str | None:
-    """The file's text, or ``None`` when it does not exist.
-
-    Raises:
-        CheckpointError: the file or its directory cannot be read.
-    """
-    try:
-        if is_local(path):
-            try:
-                with open(path, encoding="utf-8") as f:
-                    return f.read()
-            except FileNotFoundError:
-                return None
-        fs = gfile()
-        if not fs.exists(path):
-            return None
-        with fs.GFile(path, "r") as f:
-            return f.read()
-    except Exception as err:  # noqa: BLE001 - OSError or tf.errors.OpError (tf imported lazily)
-        raise CheckpointError(f"{path}: cannot read: {err}") from None
-
-
-def write_text(path: str, text: str, tag: str, what: str) -> None:
-    """Write ``text`` (``what`` it is, for the error line) to ``path`` through a temporary file
-    named with ``tag``, then rename: readers see the old or the new content, and two writers
-    never share a temporary file.
-
-    Raises:
-        CheckpointError: the write failed (exit 5): ``no space left on <path>: <what> not
-            written`` for a full volume or quota, else ``<path>: cannot write <what>: ...``;
-            ``path`` keeps its old content and the temporary file is deleted.
-    """
-    tmp = f"{path}.{re.sub(r'[^A-Za-z0-9_.-]', '_', tag)}.tmp"
-    try:
-        if is_local(path):
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-            return
-        fs = gfile()
-        fs.makedirs(path.rsplit("/", 1)[0])
-        with fs.GFile(tmp, "w") as f:
-            f.write(text)
-        fs.rename(tmp, path, overwrite=True)
-    except Exception as err:  # noqa: BLE001 - OSError or tf.errors.OpError (tf imported lazily)
-        # A traceback and exit 1 before; the half-written temporary file would hold on to the
-        # space a full volume needs (best effort: the write's error is the one reported).
-        with contextlib.suppress(Exception):
-            remove(tmp)
-        raise write_error(err, path, what) from None
-
-
-def remove(path: str) -> None:
-    """Delete ``path``; a missing file is no error."""
-    if is_local(path):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-        return
-    fs = gfile()
-    if fs.exists(path):
-        fs.remove(path)
+"""Wait before reading back a lease just taken over: the last of two writers wins (no
+compare-and-swap on these stores; docs/trainer.md, "Chief lease")."""
 
 
 # --- The lease. ----------------------------------------------------------------------------------
@@ -250,7 +140,7 @@ class Lease:
     def _write(self) -> LeaseRecord:
         now = self.clock()
         record = LeaseRecord(self.holder, now + self.ttl_seconds, now)
-        write_text(self.path, record.to_text(), self._tag, "the chief's lease")
+        write_text(self.path, record.to_text(), "the chief's lease", self._tag)
         return record
 
     def _held_by_other(self, current: LeaseRecord) -> str:
@@ -343,7 +233,7 @@ class Lease:
             if current is not None and current.holder == self.holder and restarting:
                 now = self.clock()
                 record = LeaseRecord(self.holder, now, now)
-                write_text(self.path, record.to_text(), self._tag, "the chief's lease")
+                write_text(self.path, record.to_text(), "the chief's lease", self._tag)
             elif current is not None and current.holder == self.holder:
                 remove(self.path)
         except Exception as err:  # noqa: BLE001 - it expires by itself

@@ -1,25 +1,10 @@
 """One worker process from start to end: which run, whether it is finished, training, and what a
-finished or rolled-out worker does.
+finished, surplus or rolled-out worker does (``--on-done``, rollouts, surplus pods).
 
-- **Run identity**: ``TFD_CHECKPOINT_DIR=<root>/<run id>`` (``TFD_RUN_ID``, checked by
-  ``contract.run_id_from_env``). A finished run (``DONE``) does not train again unless more
-  steps are requested (:mod:`trainer.runs`).
-- **Run manifest and lease**: every worker compares the run's ``manifest.json`` with its own
-  settings before the ``DONE`` check and refuses (exit 9) a start that changes the result; the
-  chief trains only while it holds the run's lease (:mod:`trainer.manifest`,
-  :mod:`trainer.lease`).
-- **Completion** (``--on-done``): ``scale-to-zero`` PATCHes the StatefulSet's ``scale`` to 0
-  (the chief after writing ``DONE``; any worker that starts and finds the run finished), then
-  waits for SIGTERM; ``idle`` waits for SIGTERM serving metrics; ``exit`` exits 0. Waiting is a
-  blocked ``Event.wait``: no CPU.
-- **Rollout**: when the StatefulSet's ``status.updateRevision`` differs from the pod's
-  ``TFD_POD_REVISION`` (:mod:`trainer.watch`), every worker stops at one agreed step with a
-  checkpoint, deletes its own pod and waits for SIGTERM; a worker that *starts* on an outdated
-  revision deletes its pod at once.
-- **Surplus**: with ``TFD_REPLICAS_SOURCE=api`` a pod whose ordinal is not below the live
-  replica count is being removed by the controller: it waits for SIGTERM instead of failing.
-
-Imports no TensorFlow at import time: signal handlers and ``/metrics`` come first.
+The manifest and lease checks come first (:mod:`trainer.manifest`, :mod:`trainer.lease`), then
+the ``DONE`` check (:mod:`trainer.done_marker`), then training (:mod:`trainer.train`). The rules:
+docs/trainer.md, "Lifecycle". Imports no TensorFlow at import time: signal handlers and
+``/metrics`` come first.
 """
 
 from __future__ import annotations
@@ -29,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from trainer import contract, k8s, runs
+from trainer import contract, done_marker, k8s
 from trainer.checkpoints import checkpoint_root
 from trainer.config import Config
 from trainer.errors import (
@@ -137,7 +122,7 @@ def run(config: Config, env: Mapping[str, str]) -> int:
         provenance=state.provenance if state is not None else None,
     )
     guard.check()
-    record = runs.read_done(root)
+    record = done_marker.read_done(root)
     if record is not None and record.finished_for(config):
         log.event("done", reason="run finished; not training", run_id=run_id,
                   final_step=record.final_step, checkpoint_dir=root)  # fmt: skip

@@ -1,17 +1,9 @@
 """``python -m trainer.local --workers N``: the whole job on one machine, no cluster.
 
-Starts N trainer processes on 127.0.0.1 that receive exactly the pod environment contract
-(``TFD_POD_NAME=<statefulset>-<i>``, ``TFD_REPLICAS=N``, ...) plus ``TFD_WORKER_HOSTS`` mapping the
-peers to free loopback ports. It prefixes and streams their logs, and does what the StatefulSet
-does after a failure: restart every worker (up to ``--restarts`` times); they resume from the
-last checkpoint. The last stdout line is one JSON object::
-
-    {"workers", "final_step", "loss", "accuracy", "examples_per_sec", "wall_s", "restarts"}
-
-plus ``"precision"`` (as the trainer resolved it), ``"exit_code"``, ``"run_id"``,
-``"checkpoint_dir"`` and ``"launch_to_first_step_s"`` (seconds from starting the last attempt's
-processes to the chief's first finished training call). Unknown flags go to every worker (see
-``python -m trainer --help``) and are validated before anything starts.
+Starts N trainer processes on 127.0.0.1 with the pod environment contract, streams their
+prefixed logs, restarts every worker after a failure as the StatefulSet does, and prints one
+JSON line at the end (the fields: docs/trainer.md, "Local launcher"). Unknown flags go to every
+worker and are validated before anything starts.
 """
 
 from __future__ import annotations
@@ -44,9 +36,9 @@ from trainer.errors import (
     EXIT_USAGE,
 )
 from trainer.finish import SUMMARY_FILE
-from trainer.lease import read_text
 from trainer.local_cluster import LocalCluster, intra_op_threads, new_launch_id
 from trainer.rescue import RESCUE_PREFIX
+from trainer.storage import read_text
 
 PERMANENT_EXIT_CODES = frozenset(
     {

@@ -1,37 +1,11 @@
-"""The run manifest: what a run is, written at its first start, checked at every later one.
+"""The run manifest, ``manifest.json``: what a run is, written at its first start, checked at every
+later one.
 
-``<run dir>/manifest.json`` is one JSON object the chief writes when it first trains the run
-(holding the lease, :mod:`trainer.lease`), just before its first checkpoint could exist. Its
-fields are of two kinds:
-
-- :data:`RESULT_FIELDS` change what the run computes or reports: the deployment (Pulumi
-  project, stack, app) and run id, the dataset's fingerprint (:func:`dataset_fingerprint`), the
-  model (builder, loss, classes), the seed, the learning rate and its scaling rule, the steps
-  per epoch as given (``--steps-per-epoch``; 0 is recorded as "from the data") and the
-  evaluation dataset's fingerprint. A later start that differs in any of them is refused before
-  anything is written: :class:`~trainer.errors.RunConflictError` (exit 9), one line naming each
-  differing field as ``old -> new``. Every worker checks, the chief and the others alike, before
-  the ``DONE`` check (a finished run started with another dataset is refused too, not reported
-  as done) and before the cluster forms.
-- :data:`INFO_FIELDS` are recorded as they were at the first start and never refuse one: the
-  epochs (raising them continues a finished run), the global batch (the world size changes with
-  the autoscaler and the step is converted), the precision (checkpoints restore across it) and
-  the image (a new image is a rollout of the same run), and the deployment's source commit,
-  config hash and image digest (``contract.PROVENANCE_ANNOTATIONS``). A start that differs
-  logs them in its ``run_manifest`` event (``changed``: field -> [recorded, now]).
-
-The steps per epoch are a result field although the epochs are not: epoch ``e`` is the shard
-shuffled with seed ``seed + e`` and cut to that many batches, and a resumed worker goes on at
-step ``step % steps_per_epoch`` of epoch ``step // steps_per_epoch`` (``trainer.data``). Another
-value puts the steps already trained at other places of the data order (examples seen twice or
-never) and moves every epoch's evaluation; more epochs only append epochs. The flag is recorded,
-not the count derived from it, so the world size (which changes a derived count, and the
-converted step with it) stays free.
-
-A run directory without a manifest (a new run) is accepted and gets one from its first training
-chief. Imports no TensorFlow at import time, and a check against a manifest of the same dataset
-spec needs none (local files are read with the standard library): a finished run's start stays
-fast. ``gs://``/``s3://`` go through ``tf.io.gfile``.
+A later start that differs in a field of :data:`RESULT_FIELDS` (dataset, model, seed, learning
+rate, steps per epoch, ...) is refused before anything is written (exit 9, each field as
+``old -> new``); :data:`INFO_FIELDS` (epochs, global batch, precision, image, provenance) are
+recorded and logged when they change. The fields and why each is one or the other:
+docs/trainer.md, "Run manifest". Imports no TensorFlow at import time.
 """
 
 from __future__ import annotations
@@ -49,8 +23,9 @@ from typing import Any
 from trainer import contract
 from trainer.config import Config
 from trainer.errors import DataError, RunConflictError, TrainerError
-from trainer.lease import Lease, gfile, holder_identity, is_local, read_text, utc, write_text
+from trainer.lease import Lease, holder_identity, utc
 from trainer.logs import Log
+from trainer.storage import gfile, is_local, read_text, write_text
 
 MANIFEST_FILE = "manifest.json"
 VERSION = 1
@@ -369,7 +344,7 @@ class RunGuard:
         if self.recorded is None:
             doc = {**now, "created_utc": utc(time.time()), "created_by": self._lease.holder}
             text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
-            write_text(self.path, text, self._lease.holder, "the run manifest")
+            write_text(self.path, text, "the run manifest", self._lease.holder)
             self.recorded = doc
             self.log.event("run_manifest", path=self.path, state="written")
             return

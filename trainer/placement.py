@@ -1,18 +1,7 @@
-"""Which ``tf.distribute`` strategy a worker uses, from the pod's shape.
-
-=====================  ==============================================  =========================
-Shape                  Strategy                                        Replicas
-=====================  ==============================================  =========================
-N pods (N >= 2)        MultiWorkerMirroredStrategy                     every local GPU of every
-                                                                       pod (NCCL on GPUs with
-                                                                       ``--collective auto``);
-                                                                       one per pod on CPU
-1 pod, M >= 2 GPUs     MirroredStrategy over all local GPUs            M
-1 pod, M logical CPUs  MirroredStrategy over ``--cpu-devices`` CPUs    M
-1 pod, one device      the default strategy (no collectives)           1
-=====================  ==============================================  =========================
-
-:func:`trainer.runtime.configure` must have run before (logical devices, coordination service).
+"""Which ``tf.distribute`` strategy a worker uses, from the pod's shape (docs/trainer.md,
+"Placement"): MultiWorkerMirroredStrategy for N >= 2 pods, MirroredStrategy over a pod's GPUs or
+``--cpu-devices``, the default strategy for one device; and the wait for the peers before the
+cluster forms. :func:`trainer.runtime.configure` must have run before.
 """
 
 from __future__ import annotations

@@ -1,46 +1,10 @@
-"""Numeric precision: which one a worker trains in, and the loss scaling fp16 needs.
+"""Numeric precision: the Keras mixed-precision policy a worker trains in, and fp16's loss scaling.
 
-``--precision`` selects a Keras mixed-precision policy (compute in 16 bits, variables in
-float32) or plain float32:
-
-=========  ==================  ===========================================================
-flag       Keras policy        needs (unless ``--allow-emulated-precision``)
-=========  ==================  ===========================================================
-``fp32``   ``float32``         nothing
-``bf16``   ``mixed_bfloat16``  every GPU with compute capability >= 8.0, or, without GPUs,
-                               a CPU with native bfloat16 (``avx512_bf16`` or ``amx_bf16``)
-``fp16``   ``mixed_float16``   every GPU with compute capability >= 7.0 (tensor cores)
-``auto``   resolved            ``bf16`` where it is known faster than fp32: GPUs of compute
-                               capability >= 8.0 and CPUs with AMX (``amx_bf16``); else
-                               ``fp32``, on AVX512-BF16-only CPUs too
-=========  ==================  ===========================================================
-
-Why ``auto`` keeps fp32 on a CPU with AVX512-BF16 but no AMX: there bf16 is native but not
-faster across models (measured on an AMD EPYC with ``avx512_bf16``: the default CNN 11.1k / 10.4k
-examples/s in bf16 against 8.7k in fp32, a small dense model 9.1k against 14.7k; docs/trainer.md,
-Precision and speed), while with AMX bf16 was the faster one (one AMX machine, plain tf-keras
-on the default CNN: 8.6-9.3k against 3.2-6.4k examples/s; matmul peak 566 against 198 GFLOP/s).
-``auto`` picks bf16 only where it is known faster; ``--precision bf16`` still runs it on any
-native CPU.
-
-Why ``auto`` never picks fp16: fp16 needs loss scaling, whose skipped steps change the
-trajectory, and no GPU has been available to measure it against fp32; bf16 has float32's
-exponent range, so it trains without loss scaling. Where a type is only emulated (bf16 on a
-CPU without the instructions, fp16 on a CPU) TensorFlow still computes it, but slower than
-float32: an explicit request is refused with one line, and ``--allow-emulated-precision``
-runs it anyway (for tests and comparisons).
-
-Variables stay float32 under every policy, so a checkpoint restores into any precision. The
-logits and the loss are computed in float32 (:func:`float32_logits`). fp16 wraps the optimizer
-in tf-keras' ``LossScaleOptimizer`` (dynamic loss scale): the loss is scaled before the
-gradient, the gradients unscaled after, and a step whose gradients are not finite is skipped
-(the scale halves). Checkpoints restore across precisions: the checkpoint tracks the inner
-optimizer (:attr:`Precision.base_optimizer`), and the trainer wraps it only after the restore.
-fp16's loss-scale state (the scale and its count of good steps) is saved apart, under
-``loss_scale``: a resumed fp16 run continues at the saved scale where the last checkpoint was
-fp16 too, and starts at the initial scale after a checkpoint of another precision.
-
-Imports no TensorFlow at module level.
+``auto`` picks bf16 only where it is measured faster than fp32 (GPUs of compute capability
+>= 8.0, CPUs with AMX) and never fp16 (its loss scaling changes the trajectory); an emulated
+type is refused unless ``--allow-emulated-precision``. Variables stay float32, so checkpoints
+restore across precisions. The rule and its measurements: docs/trainer.md, "Precision and
+speed". Imports no TensorFlow at module level.
 """
 
 from __future__ import annotations

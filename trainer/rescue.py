@@ -1,29 +1,11 @@
-"""Rescue checkpoints: when a peer is lost, the workers still running save the model as it was
-after their last call, so the restart resumes there instead of at the last periodic checkpoint.
+"""Rescue checkpoints: when a peer is lost, the surviving workers save the model as it was after
+their last call, so the restart resumes there instead of at the last periodic checkpoint.
 
-Under MultiWorkerMirroredStrategy every worker holds the same variables once a call has ended
-(the call ends with an all-reduce that reads the weights after the call's last update). A call
-that a peer's loss interrupts leaves them part-way through a step, which is no state to resume
-from; so after a call every worker copies its checkpointed variables into host memory
-(:meth:`Rescue.snapshot`, one traced function, the same copy an asynchronous save makes; after
-every ``k``-th call and only within a memory budget, :mod:`trainer.rescue_plan`; figures by
-model size: ``python -m benchmarks.rescue_copy``). When the loop fails because a peer is gone,
-the worker puts that copy back and writes it (:meth:`Rescue.write`) to a directory of its own,
-``checkpoints/rescue-<task>``: a checkpoint like the chief's (its files first, then its state
-file), written by that worker alone, so survivors never write the same files. It is written under
-a temporary name (``rescue-<task>.tmp``) and renamed once complete, so the chief's pruning, which
-skips that name, never deletes a rescue being written.
-
-The checkpointed variables are all mirrored (the ``ON_READ`` metric sums are not saved), so the
-write needs no collective and works with the peer gone. :func:`trainer.restore.restore`
-resumes from the furthest of the chief's checkpoints and the rescues, by examples seen
-(:class:`trainer.checkpoints.Progress`: steps saved at another world size do not compare); every
-survivor of one loss writes the same step or one call apart, and the restore after the restart
-happens once the cluster has formed again, which waits for every survivor, so all workers resume
-from the same files. The chief deletes the rescues its own later checkpoints have reached
-(:func:`prune_rescues`).
-
-Imports no TensorFlow at import time.
+After a call (every ``k``-th, within a memory budget: :mod:`trainer.rescue_plan`) each worker
+copies its checkpointed variables to host memory (:meth:`Rescue.snapshot`); on a lost peer it
+writes that copy to ``checkpoints/rescue-<task>`` (:meth:`Rescue.write`), no collective needed.
+:func:`trainer.restore.restore` resumes from the furthest of the checkpoints and rescues.
+Details: docs/trainer.md, "Rescue checkpoints". Imports no TensorFlow at import time.
 """
 
 from __future__ import annotations
@@ -33,8 +15,9 @@ import re
 import time
 from typing import Any
 
-from trainer import checkpoints
+from trainer import checkpoints, storage
 from trainer.checkpoints import Progress
+from trainer.errors import first_line
 from trainer.logs import Log
 from trainer.rescue_plan import Budget, memory_limit
 
@@ -56,7 +39,7 @@ class Rescue:
 
         self.checkpoint = checkpoint
         self.step_var = step_var
-        self.checkpoints = checkpoints.join(root, checkpoints.CHECKPOINTS_SUBDIR)
+        self.checkpoints = storage.join(root, checkpoints.CHECKPOINTS_SUBDIR)
         self.directory = rescue_directory(root, task_index)
         self.log = log
         self.progress = progress
@@ -129,25 +112,25 @@ class Rescue:
             self.log.event(
                 "warning",
                 message=f"{self.directory}: rescue checkpoint of step {self.step} not written: "
-                f"{checkpoints.first_line(err)}; the restart resumes from "
+                f"{first_line(err)}; the restart resumes from "
                 f"{latest or 'the first step (no checkpoint)'}",
             )
             return
-        path = checkpoints.join(self.directory, f"{checkpoints.CHECKPOINT_NAME}-{self.step}")
+        path = storage.join(self.directory, f"{checkpoints.CHECKPOINT_NAME}-{self.step}")
         self.log.event("rescue", step=self.step, path=path, seconds=round(time.time() - t0, 3))
 
 
 def rescue_directory(root: str, task_index: int) -> str:
     """Where worker ``task_index`` writes its rescue checkpoint."""
-    return checkpoints.join(
-        checkpoints.join(root, checkpoints.CHECKPOINTS_SUBDIR), f"{RESCUE_PREFIX}{task_index}"
+    return storage.join(
+        storage.join(root, checkpoints.CHECKPOINTS_SUBDIR), f"{RESCUE_PREFIX}{task_index}"
     )
 
 
 def _rescue_dirs(directory: str) -> list[tuple[str, int, bool]]:
     """``(path, task, being written)`` of each rescue directory under ``checkpoints/``."""
     found = []
-    for sub in checkpoints.gfile().glob(checkpoints.join(directory, RESCUE_PREFIX + "*")):
+    for sub in storage.gfile().glob(storage.join(directory, RESCUE_PREFIX + "*")):
         match = _NAME.fullmatch(sub.rstrip("/").rsplit("/", 1)[-1])
         if match:
             found.append((sub, int(match.group(1)), bool(match.group(2))))

@@ -1,24 +1,11 @@
 """How often the rescue copy (:mod:`trainer.rescue`) is taken, and whether it is kept at all.
 
-The copy's cost grows with the model (every variable and optimizer slot, per call: 12 GB for
-a 1B-parameter model with Adam), so it adapts:
-
-* **Its share of training time stays under** :data:`MAX_SHARE`: a worker measures its copies
-  and its calls and proposes the smallest ``k`` that keeps ``copy / (k x call)`` within it
-  (:func:`smallest_k`); the copy is taken after every ``k``-th call.
-* **Its host memory stays within a budget**: ``--rescue-memory-fraction`` of the container's
-  memory limit (cgroup; the machine's memory without one). A larger copy is not kept: a lost
-  peer then costs the steps since the last periodic checkpoint.
-
-Survivors of a loss must hold the same state, so the workers agree on which calls they copy
-after. Each call's all-reduce (:meth:`trainer.task.Task.train`) carries one slot per worker,
-each filled by its worker with its proposal: every worker receives the same vector after the
-same call and takes the same ``k``, the largest proposal (the copies run together after the
-call, and the slowest holds up the next call's all-reduce). A counter of the calls since the
-last copy, equal on every worker (they start together), decides. The measurements themselves
-differ between workers, so no worker decides from its own.
-
-Imports no TensorFlow.
+The copy grows with the model, so it follows every ``k``-th call, ``k`` the smallest that keeps
+its share of training time under :data:`MAX_SHARE` (:func:`smallest_k`), and is not kept past
+``--rescue-memory-fraction`` of the memory limit. Survivors must hold the same state, so the
+workers agree on ``k`` through each call's all-reduce (the largest proposal) rather than each
+deciding from its own timings. Details: docs/trainer.md, "Rescue checkpoints". Imports no
+TensorFlow.
 """
 
 from __future__ import annotations

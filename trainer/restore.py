@@ -14,16 +14,14 @@ from trainer.checkpoints import (
     CHECKPOINTS_SUBDIR,
     GLOBAL_BATCH_KEY,
     Progress,
-    first_line,
-    join,
-    mtime,
     saved_attributes,
 )
 from trainer.config import Config
-from trainer.errors import CheckpointError
+from trainer.errors import CheckpointError, first_line
 from trainer.logs import Log
 from trainer.metrics import Metrics
 from trainer.rescue import rescues
+from trainer.storage import join, mtime
 
 
 def restore_extra(path: str | None, objects: Mapping[str, Any]) -> bool:

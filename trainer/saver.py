@@ -1,18 +1,9 @@
 """Checkpoint saves that do not stall the step loop: TensorFlow's async checkpoint.
 
-With ``--sync-checkpoints`` off (the default) a save copies the tracked variables to host
-memory on the step loop's thread and hands the file write to TensorFlow's async checkpoint
-thread (``tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)``); the loop
-goes on training while the files are written. The copy runs on every worker in step order, so
-the collectives a save needs (an ``ON_READ`` variable's all-reduce under
-MultiWorkerMirroredStrategy) stay on the loop's thread where every worker runs them at the same
-step; only plain host variables are written in the background.
-
-The state file (``checkpoints/checkpoint``) is written by the manager's write callback after the
-checkpoint's files, on the write thread: a crash mid-write leaves it naming the previous
-checkpoint, exactly as a synchronous save cut short does. A write is waited for (:meth:`wait`)
-before the next save, before a stop for a restart or a rollout, after the last step (before
-``model.keras`` and ``DONE``) and when the loop fails, so no exit loses a checkpoint it announced.
+The host copy (and any collective it needs) runs on the loop's thread at the same step on
+every worker; only the file write goes to the background, and the state file is written after
+the checkpoint's files, so a crash mid-write leaves the previous one named. Every exit waits
+for a write in flight (:meth:`wait`). Details: docs/trainer.md, "Asynchronous saves".
 """
 
 from __future__ import annotations
@@ -21,7 +12,7 @@ import shutil
 import time
 from typing import Any
 
-from trainer import checkpoints
+from trainer import checkpoints, storage
 from trainer.checkpoints import Progress
 from trainer.errors import CheckpointError
 from trainer.logs import Log
@@ -100,14 +91,14 @@ class Saver:
             return
         t0 = time.time()
         self.manager.sync()
-        prefix = checkpoints.join(self.manager.directory, f"{checkpoints.CHECKPOINT_NAME}-{step}")
+        prefix = storage.join(self.manager.directory, f"{checkpoints.CHECKPOINT_NAME}-{step}")
         latest = checkpoints.latest_on_disk(self.manager.directory, None)
         if latest != prefix:
             cause = _async_error(self.manager)
             checkpoints.discard(self.manager, step, keep={latest, *self.manager.checkpoints})
             what = f"the checkpoint of step {step}"
             failed = (
-                checkpoints.write_error(cause, self.manager.directory, what)
+                storage.write_error(cause, self.manager.directory, what)
                 if cause is not None
                 else CheckpointError(f"{self.manager.directory}: {what} not written")
             )
@@ -123,9 +114,7 @@ class Saver:
         if self.is_chief:
             from trainer.rescue import prune_rescues
 
-            prefix = checkpoints.join(
-                self.manager.directory, f"{checkpoints.CHECKPOINT_NAME}-{step}"
-            )
+            prefix = storage.join(self.manager.directory, f"{checkpoints.CHECKPOINT_NAME}-{step}")
             prune_rescues(self.manager.directory, prefix, self.progress)
 
     def settle(self) -> None:

@@ -1,30 +1,10 @@
 """``python -m trainer.supervisor [trainer flags]``: the image entrypoint (``contract.ENTRYPOINT``).
 
-Runs ``python -m trainer <flags>`` as its child. A planned restart, exit 75 (a peer died), 76
-(preempted, world size changed, rollout) or 77 (not admitted yet, below), starts the child again
-inside the same container, so the kubelet never sees it and applies no CrashLoopBackOff; the
-restarts are counted, logged, and passed to the child as ``TFD_SUPERVISOR_RESTARTS`` (exported as
-``tfd_supervisor_restarts_total``). Any other exit code (0, a real crash) ends the supervisor with
-that same code. SIGTERM and SIGINT are forwarded to the child; the supervisor then exits with
-the child's code and restarts nothing. More than ``TFD_SUPERVISOR_MAX_RESTARTS`` planned restarts
-within ``TFD_SUPERVISOR_WINDOW_SECONDS`` is a hot loop: the supervisor exits with the child's
-code and says so, and the kubelet's back-off takes over.
-
-Exit 77 is a worker that joined a resize before the others stopped for the new size: the chief's
-coordination service has no task for it yet. It waits for them: the next child, its probes
-answered, waits ``TFD_START_DELAY_SECONDS`` before it forms the cluster again, a time that
-doubles (1, 2, 4, 8, then every 10 s) while 77 repeats. The hot-loop guard does not count these
-restarts, since the others may need minutes to reach their next checkpoint; after 30 minutes of
-them the supervisor exits 77 and the kubelet's back-off shows it.
-
-When ``TFD_METRICS_PORT`` is set (it is in a pod), the supervisor binds that port once and hands
-the listening socket to every child (``TFD_METRICS_FD``). Between two children the socket stays
-open: a liveness probe then waits in its backlog for the next child, which answers it within
-seconds, instead of being refused. A new worker joining a resize restarts every few seconds until
-the others have stopped for the new size; with a fresh bind per child, probes that came in
-step with those restarts could all be refused and the kubelet would kill the container.
-
-Standard library only, no TensorFlow: it is PID 1 of the container and must stay small.
+Runs ``python -m trainer`` as its child and starts it again in the same container on a planned
+restart (exit 75, 76, 77), so the kubelet applies no CrashLoopBackOff; any other exit ends it
+with that code, and a hot loop of restarts hands over to the kubelet's back-off. It holds the
+metrics port across children so probes wait instead of being refused. Details:
+docs/trainer.md, "Supervisor". Standard library only: it is PID 1 and must stay small.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""The training task: model, optimizer, checkpoint object, datasets, the train step and the eval
-step (the inner loop; :mod:`trainer.controller` runs the schedule around it).
+"""The training task: model, optimizer, checkpoint object, datasets, the train and eval steps (the
+inner loop; :mod:`trainer.controller` runs the schedule around it, as orbit's runner does).
 
-Orbit's split (``orbit/standard_runner.py``): the task knows how to run ``n`` steps and one
-evaluation, not when. One :meth:`Task.train` call is one ``tf.function`` call: ``n`` steps
-(``tf.range`` around ``strategy.run``), then one small all-reduce of the interval's loss sum,
-hits and example count, the count of non-finite weights and the workers' votes (stop,
-rollout), so the figures are global and every worker gets the same answer.
-
-The build is in three stages, in the order the run needs them: the model and its variables
-(:meth:`Task.__init__`, under the strategy's scope), the restore of a checkpoint
-(:meth:`Task.restore`, which decides the start step), then the datasets and the step functions
-from that step (:meth:`Task.start`).
+One :meth:`Task.train` call is one ``tf.function``: ``n`` steps, then one small all-reduce of
+the interval's figures and the workers' votes, so every worker gets the same answer. Built in
+the run's order: the model (:meth:`Task.__init__`), the restore (:meth:`Task.restore`), then
+the datasets and step functions from the start step (:meth:`Task.start`).
 """
 
 from __future__ import annotations

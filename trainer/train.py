@@ -1,23 +1,9 @@
-"""One worker's training run: the wiring of the strategy (trainer.placement), the task
-(trainer.task: model, datasets, steps) and the controller (trainer.controller: the schedule).
+"""One worker's training run: the wiring of the strategy (:mod:`trainer.placement`), the task
+(:mod:`trainer.task`: model, datasets, steps) and the controller (:mod:`trainer.controller`:
+the schedule).
 
-Why a custom loop over tf-keras ``model.fit``: it gives exact step-level checkpoints, a stop
-flag all workers agree on between ``tf.function`` calls (SIGTERM on one pod, world-size change),
-and global loss/accuracy from the same all-reduce; several steps run per call so the 1-worker
-overhead against plain ``model.fit`` stays small (figures in docs/trainer.md).
-
-Checkpoint directory layout (``TFD_CHECKPOINT_DIR``, local path or gs:// URI)::
-
-    manifest.json               the run's settings at its first start, chief only
-    chief.lease                 the live chief's lease (trainer.lease), chief only
-    checkpoints/ckpt-<step>.*   step-level checkpoints, chief only
-    checkpoints/rescue-<task>/  a worker's checkpoint as a peer was lost (trainer.rescue;
-                                rescue-<task>.tmp/ while it is written)
-    model.keras                 final model, chief only
-    summary.json                final figures, chief only
-    DONE                        written last by the chief (trainer.runs): the run is finished
-
-A worker process's life around this (run identity, completion, rollouts) is trainer.lifecycle.
+A custom loop rather than ``model.fit`` for exact step-level checkpoints and a stop all workers
+agree on (docs/trainer.md, "Design"); the run directory's layout: docs/trainer.md, "Checkpoints".
 """
 
 from __future__ import annotations

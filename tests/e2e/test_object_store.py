@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tfd.records import parse_document
+from tfd.runs_reader import parse_document
 from tools.object_store import METADATA_PORT, TOKEN_PATH, ObjectStore
 from trainer import contract
 from trainer.checkpoints import CHECKPOINTS_SUBDIR
@@ -149,9 +149,9 @@ def test_a_two_worker_run_ends_done_with_its_records_in_the_bucket(first_run: Fi
 def test_d_runs_are_listed_from_their_records_in_the_bucket(
     store: ObjectStore, first_run: FirstRun
 ):
-    """What ``tfd runs`` runs in a pod (``python -m trainer.run_records --json``), parsed by
+    """What ``tfd runs`` runs in a pod (``python -m trainer.run_list --json``), parsed by
     ``tfd``'s own reader, against the bucket."""
-    out = store.run([sys.executable, "-m", "trainer.run_records", "--json", RUNS])
+    out = store.run([sys.executable, "-m", "trainer.run_list", "--json", RUNS])
     doc = parse_document(out, "the runs reader")
     records = {r["run_id"]: r for r in doc["runs"]}
     print(json.dumps(records["r1"], sort_keys=True))

@@ -16,7 +16,7 @@ from tests.tfd.test_commands import (
     _records,
     use,
 )
-from tfd import client, records, up
+from tfd import client, runs_reader, up
 from tfd.client import RunEntry, RunList, StopResult, SubmitResult, TfdClient
 from tfd.errors import ClusterError
 
@@ -39,7 +39,7 @@ def test_runs_are_typed_entries_with_the_current_one_marked(
 ) -> None:
     doc = _records(tmp_path)
     use(monkeypatch, FakeHandle(), RunsCluster())
-    monkeypatch.setattr(records.RunsReader, "read", lambda self, s, p: {**doc, "read_by": "me"})
+    monkeypatch.setattr(runs_reader.RunsReader, "read", lambda self, s, p: {**doc, "read_by": "me"})
     listed = TfdClient("e2e").runs()
     assert isinstance(listed, RunList) and listed.current_run_id == "r2", listed
     assert all(isinstance(r, RunEntry) for r in listed.runs), listed.runs
@@ -55,7 +55,9 @@ def test_runs_of_another_format_are_one_line(
     doc = _records(tmp_path)
     doc["runs"][0]["renamed_field"] = 1
     use(monkeypatch, FakeHandle(), RunsCluster())
-    monkeypatch.setattr(records.RunsReader, "read", lambda self, s, p: {**doc, "read_by": "pod"})
+    monkeypatch.setattr(
+        runs_reader.RunsReader, "read", lambda self, s, p: {**doc, "read_by": "pod"}
+    )
     with pytest.raises(ClusterError, match="the run records read by pod are not of this tfd's"):
         TfdClient("e2e").runs()
 

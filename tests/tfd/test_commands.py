@@ -15,11 +15,11 @@ from pulumi import automation as auto
 
 from tests.tfd.builders import START, pod, progress, sts, worker_log
 from tests.tfd.test_settings import ROOT, current
-from tfd import cli, client, commands, records, up
+from tfd import cli, client, commands, runs_reader, up
 from tfd.cli import build_parser
 from tfd.errors import ClusterError, RunFailedError, StackError, UsageError, WaitTimeoutError
 from tfd.phase import STOP_ANNOTATION, Snapshot, derive
-from trainer import contract, run_records, runs
+from trainer import contract, done_marker, run_list
 
 
 class FakeCluster:
@@ -223,11 +223,13 @@ def _records(root: Path) -> dict:
                     "image_digest": "sha256:" + "d" * 64, "source_commit": "c" * 40}  # fmt: skip
         (run / "manifest.json").write_text(json.dumps(manifest))
         (run / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-40"\n')
-    runs.write_done(str(root / "r1"), runs.DoneRecord(96, 3, 32, 128, "r1", "2026-12-03T09:30:00Z"))
+    done_marker.write_done(
+        str(root / "r1"), done_marker.DoneRecord(96, 3, 32, 128, "r1", "2026-12-03T09:30:00Z")
+    )
     summary = {"final_step": 96, "accuracy": 0.9, "eval_accuracy": 0.875, "loss": 0.3}
     (root / "r1" / "summary.json").write_text(json.dumps(summary))
     (root / "r2" / "summary.json").write_text("{cut short")
-    return run_records.document(str(root))
+    return run_list.document(str(root))
 
 
 @pytest.fixture
@@ -238,7 +240,9 @@ def runs_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     doc = _records(tmp_path)
     use(monkeypatch, Handle(), RunsCluster())
     monkeypatch.setattr(
-        records.RunsReader, "read", lambda self, sts, pods: {**doc, "read_by": "exec tfd-worker-0"}
+        runs_reader.RunsReader,
+        "read",
+        lambda self, sts, pods: {**doc, "read_by": "exec tfd-worker-0"},
     )
 
 
@@ -302,7 +306,7 @@ def test_runs_errors_are_one_line_with_the_clusters_code(
         raise ClusterError("create pods/exec tfd-dev/tfd-worker-0: HTTP 403 Forbidden: no")
 
     use(monkeypatch, Handle(), RunsCluster())
-    monkeypatch.setattr(records.RunsReader, "read", refused)
+    monkeypatch.setattr(runs_reader.RunsReader, "read", refused)
     assert cli.main(["runs", "--stack", "dev", "--json"]) == 5
     captured = capsys.readouterr()
     assert (

@@ -1,6 +1,6 @@
 """Checkpoints that went wrong: a latest checkpoint cut short or garbled (restore falls back to
 the newest intact one), a full volume on save (one line, exit 5, the previous checkpoint stays
-the latest), and the one line kept of TensorFlow's long error messages."""
+the latest)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from tests.trainer.messages import PEER_LOST, PEER_LOST_LINE
 from trainer import checkpoints, restore
 from trainer.cli import Config
 from trainer.errors import EXIT_CHECKPOINT, CheckpointError
@@ -257,25 +256,6 @@ def test_a_failed_save_leaves_the_latest_checkpoint_and_no_partial_files(
     monkeypatch.undo()
     got, path, restored, _ = _restore(tmp_path)
     assert (got, path, restored) == (1, str(directory / "ckpt-1"), [1.0, 1.0])
-
-
-@pytest.mark.parametrize(
-    ("message", "line"),
-    [
-        ("not an sstable (bad magic number)", "not an sstable (bad magic number)"),
-        ("first\nsecond", "first"),
-        (PEER_LOST, PEER_LOST_LINE),
-        (
-            "{{function_node __wrapped__SaveV2_dtypes_5_device_/job:localhost/replica:0/task:0/"
-            "device:CPU:0}} /ckpt/ckpt-2_temp/part; No space left on device [Op:SaveV2]",
-            "/ckpt/ckpt-2_temp/part; No space left on device [Op:SaveV2]",
-        ),
-        ("", "UnknownError"),
-    ],
-    ids=["one-line", "two-lines", "peer-lost", "function-node", "empty"],
-)
-def test_first_line_keeps_the_cause(message: str, line: str):
-    assert checkpoints.first_line(tf.errors.UnknownError(None, None, message)) == line
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer import data, records
+from trainer import data, tfrecord
 from trainer.errors import EXIT_DATA, DataError
 
 
@@ -140,7 +140,7 @@ def test_a_malformed_record_names_its_file_and_feature(
     else:
         with pytest.raises(tf.errors.InvalidArgumentError) as raised:
             _stream(source, num_workers=1, batch_size=2, steps_per_epoch=4, epochs=1)
-        assert records.bad_record(raised.value) == line
+        assert tfrecord.bad_record(raised.value) == line
 
 
 def test_a_malformed_first_record_is_refused_at_load(tmp_path: Path):

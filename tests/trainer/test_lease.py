@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer import contract, lease
+from trainer import contract, lease, storage
 from trainer.config import Config
 from trainer.errors import EXIT_CHECKPOINT, EXIT_RUN_CONFLICT, CheckpointError, RunConflictError
 from trainer.lease import LEASE_FILE, Lease, LeaseRecord
@@ -282,7 +282,7 @@ def test_a_full_volume_is_one_line_and_exit_5(tmp_path: Path, monkeypatch, full:
             return _FullVolume(str(file))
         return real_open(file, mode, *args, **kwargs)
 
-    monkeypatch.setattr(lease, "open", opener, raising=False)  # lease.write_text's open
+    monkeypatch.setattr(storage, "open", opener, raising=False)  # storage.write_text's open
     guard = RunGuard(
         str(tmp_path), Config(), {contract.ENV_POD_NAME: "tfd-worker-0"}, Log(0, io.StringIO())
     )

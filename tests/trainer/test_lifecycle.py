@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.fake_api import FakeApi, Seen
-from trainer import contract, lifecycle, runs
+from trainer import contract, done_marker, lifecycle
 from trainer.errors import (
     EXIT_API,
     EXIT_CONTRACT,
@@ -40,7 +40,7 @@ STS = "/apis/apps/v1/namespaces/local/statefulsets/tfd-worker"
 def _finished(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     # What the default flags (3 epochs) ask for: finished.
-    runs.write_done(str(root), runs.DoneRecord(192, 3, 64, 64, root.name))
+    done_marker.write_done(str(root), done_marker.DoneRecord(192, 3, 64, 64, root.name))
 
 
 def _finished_worker(

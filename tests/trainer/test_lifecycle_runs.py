@@ -19,7 +19,7 @@ import pytest
 
 from tests.trainer.fake_api import FakeApi, Seen
 from tests.trainer.waiting import until
-from trainer import contract, runs
+from trainer import contract, done_marker
 from trainer.errors import EXIT_OK, EXIT_RESTART
 from trainer.local_cluster import LocalCluster, parse_events, split_worker_output
 
@@ -58,9 +58,11 @@ def test_run_identity_with_the_local_launcher(tmp_path: Path):
     assert summary["checkpoint_dir"] == str(tmp_path / "run-a")
     start = next(e for e in events if e["event"] == "start")
     assert (start["run_id"], start["start_step"]) == ("run-a", 0), start
-    done = runs.read_done(str(tmp_path / "run-a"))
+    done = done_marker.read_done(str(tmp_path / "run-a"))
     assert done is not None and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", done.finished_utc)
-    wanted = runs.DoneRecord(STEPS_PER_EPOCH, 1, STEPS_PER_EPOCH, 32, "run-a", done.finished_utc)
+    wanted = done_marker.DoneRecord(
+        STEPS_PER_EPOCH, 1, STEPS_PER_EPOCH, 32, "run-a", done.finished_utc
+    )
     assert done == wanted, done
     written = json.loads((tmp_path / "run-a" / "summary.json").read_text())
     assert written["run_id"] == "run-a"
@@ -89,7 +91,7 @@ def test_run_identity_with_the_local_launcher(tmp_path: Path):
     resume = next(e for e in events if e["event"] == "resume")
     assert resume["step"] == STEPS_PER_EPOCH > 0
     assert summary["final_step"] == 2 * STEPS_PER_EPOCH, summary
-    assert runs.read_done(str(tmp_path / "run-a")).final_step == 2 * STEPS_PER_EPOCH
+    assert done_marker.read_done(str(tmp_path / "run-a")).final_step == 2 * STEPS_PER_EPOCH
 
 
 def test_same_identity_resumes_an_interrupted_run(tmp_path: Path):

@@ -33,9 +33,9 @@ ENV_CLUSTER_DOMAIN = "TFD_CLUSTER_DOMAIN"
 """Cluster DNS domain (default ``cluster.local``)."""
 ENV_CHECKPOINT_DIR = "TFD_CHECKPOINT_DIR"
 """The run's checkpoint directory, ``<root>/<run id>``: a path on the shared volume, or a
-``gs://``/``s3://`` URI (the stacks use ``<root>/<project>/<stack>/<run id>``). One directory
-per run: a new run id is a new directory, so a new run trains from step 0 and a finished run
-stays finished (see :data:`ENV_RUN_ID`)."""
+``gs://`` URI (``s3://`` is refused; the stacks use ``<root>/<project>/<stack>/<run id>``).
+One directory per run: a new run id is a new directory, so a new run trains from step 0 and a
+finished run stays finished (see :data:`ENV_RUN_ID`)."""
 ENV_RUN_ID = "TFD_RUN_ID"
 """Identity of the training run (:data:`trainer.contract.rules.RUN_ID`): must equal the last
 path segment of ``TFD_CHECKPOINT_DIR``; when unset it is taken from there. Logged in ``start``,

@@ -1,5 +1,5 @@
 """Writes the user's TFRecords into ``data/`` next to this file, in the trainer's record format
-(``trainer/records.py``: ``x`` float_list, ``x_shape`` the 3 values of its shape, ``y`` one
+(``trainer/tfrecord.py``: ``x`` float_list, ``x_shape`` the 3 values of its shape, ``y`` one
 int64 label). Learnable: each class is a fixed random prototype plus noise, deterministic by
 the seed, so the same files come out on every run.
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from trainer import contract, runs
+from trainer import contract, done_marker
 from trainer.config import Config
 from trainer.errors import CheckpointError
 
-RECORD = runs.DoneRecord(
+RECORD = done_marker.DoneRecord(
     final_step=96,
     epochs=3,
     steps_per_epoch=32,
@@ -42,13 +42,13 @@ def test_digit_only_or_incomplete_marker_is_refused(tmp_path: Path):
     for text in ("96\n", '{"final_step":96,"epochs":3,"steps_per_epoch":32,"global_batch":128}'):
         (tmp_path / contract.DONE_MARKER).write_text(text)
         with pytest.raises(CheckpointError, match=rf"{tmp_path}/DONE: must be a JSON object"):
-            runs.read_done(str(tmp_path))
+            done_marker.read_done(str(tmp_path))
 
 
 def test_record_round_trip(tmp_path: Path):
-    assert runs.read_done(str(tmp_path)) is None
-    runs.write_done(str(tmp_path), RECORD)
-    assert runs.read_done(str(tmp_path)) == RECORD
+    assert done_marker.read_done(str(tmp_path)) is None
+    done_marker.write_done(str(tmp_path), RECORD)
+    assert done_marker.read_done(str(tmp_path)) == RECORD
     text = (tmp_path / contract.DONE_MARKER).read_text()
     assert text.endswith("\n") and text.count("\n") == 1, text
 
@@ -62,4 +62,4 @@ BAD_MARKERS += [RECORD.to_text().replace('"epochs":3', '"epochs":true')]
 def test_bad_marker_is_a_checkpoint_error(tmp_path: Path, text: str):
     (tmp_path / contract.DONE_MARKER).write_text(text)
     with pytest.raises(CheckpointError, match=r"DONE: must be a JSON object with final_step"):
-        runs.read_done(str(tmp_path))
+        done_marker.read_done(str(tmp_path))

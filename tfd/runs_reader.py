@@ -1,7 +1,7 @@
 """``tfd runs``: the stack's runs, read from their records on the checkpoint storage.
 
 The records live where only the pods can read them (the shared claim, or a bucket with the
-workers' credentials), so the listing (``python -m trainer.run_records --json``, the trainer's
+workers' credentials), so the listing (``python -m trainer.run_list --json``, the trainer's
 own reader) runs inside the cluster, with the user's own access and nothing new for the
 workers:
 
@@ -30,8 +30,8 @@ from typing import Any
 from tfd.errors import ClusterError, UsageError, one_line
 from tfd.kube import CONTAINER, TIMEOUT_S, _api_error
 
-READER_COMMAND = ("python", "-m", "trainer.run_records", "--json")
-"""The trainer image's run lister (``trainer/run_records.py``): one JSON document on stdout."""
+READER_COMMAND = ("python", "-m", "trainer.run_list", "--json")
+"""The trainer image's run lister (``trainer/run_list.py``): one JSON document on stdout."""
 COMPONENT_LABEL = "app.kubernetes.io/component"
 """Kubernetes' recommended component label; the workers' selector includes it."""
 READER_COMPONENT = "runs-reader"
@@ -43,7 +43,7 @@ READER_LIMITS = {"cpu": "1", "memory": "1Gi"}
 """Capped at the worker's own limits: a namespace quota sized for the workers admits it."""
 POLL_S = 1.0
 DOCUMENT_VERSION = 1
-"""``trainer.run_records.DOCUMENT_VERSION`` this reader understands."""
+"""``trainer.run_list.DOCUMENT_VERSION`` this reader understands."""
 
 
 def _get(doc: Any, *keys: str) -> Any:
@@ -156,12 +156,12 @@ def parse_document(text: str, where: str) -> dict[str, Any]:
 def _failure(text: str) -> str:
     """Why the reader failed, on one line: its own error line, or the last line it wrote."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if any("No module named trainer.run_records" in line for line in lines):
+    if any("No module named trainer.run_list" in line for line in lines):
         return (
-            "the image has no trainer.run_records (built before tfd runs existed); run a "
+            "the image has no trainer.run_list (an image of another commit); run a "
             "current image (tfd submit --continue)"
         )
-    mine = [line for line in lines if line.startswith("trainer.run_records: error:")]
+    mine = [line for line in lines if line.startswith("trainer.run_list: error:")]
     return (mine or lines or ["no output"])[-1]
 
 

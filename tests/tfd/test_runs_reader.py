@@ -1,4 +1,4 @@
-"""``tfd runs`` reads the records inside the cluster (tfd.records): exec into a running worker,
+"""``tfd runs`` reads the records inside the cluster (tfd.runs_reader): exec into a running worker,
 else a reader pod made from the prod stack's own rendered StatefulSet, always deleted."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.tfd.builders import pod
-from tfd import records
+from tfd import runs_reader
 from tfd.errors import ClusterError, UsageError
 from tools.render import render_stack
 
@@ -104,9 +104,9 @@ class Clock:
         self.now += seconds
 
 
-def _reader(core: FakeCore, stream: Any = None) -> records.RunsReader:
+def _reader(core: FakeCore, stream: Any = None) -> runs_reader.RunsReader:
     clock = Clock()
-    return records.RunsReader(core, "tfd-prod", stream=stream, sleep=clock.sleep, clock=clock)
+    return runs_reader.RunsReader(core, "tfd-prod", stream=stream, sleep=clock.sleep, clock=clock)
 
 
 def test_a_running_worker_is_exec_ed_into(prod_sts: dict) -> None:
@@ -123,7 +123,9 @@ def test_a_running_worker_is_exec_ed_into(prod_sts: dict) -> None:
     ((fn, name, namespace, kwargs),) = seen
     assert fn == core.connect_get_namespaced_pod_exec
     assert (name, namespace) == ("tfd-worker-1", "tfd-prod")  # the first one running
-    assert kwargs["container"] == "trainer" and kwargs["command"] == list(records.READER_COMMAND)
+    assert kwargs["container"] == "trainer" and kwargs["command"] == list(
+        runs_reader.READER_COMMAND
+    )
     assert kwargs["stdout"] and kwargs["stderr"] and not kwargs["stdin"] and not kwargs["tty"]
     assert doc == {**DOC, "read_by": "exec tfd-worker-1"} and resp.closed
     assert core.calls == [], "no pod is created while a worker runs"
@@ -132,10 +134,10 @@ def test_a_running_worker_is_exec_ed_into(prod_sts: dict) -> None:
 @pytest.mark.parametrize(
     ("out", "err", "code", "words"),
     [
-        ("", "trainer.run_records: error: /c: cannot list the runs: denied\n", 5,
-         "exited 5: trainer.run_records: error: /c: cannot list the runs: denied"),
-        ("", "Traceback\nModuleNotFoundError: No module named trainer.run_records\n", 1,
-         "the image has no trainer.run_records"),
+        ("", "trainer.run_list: error: /c: cannot list the runs: denied\n", 5,
+         "exited 5: trainer.run_list: error: /c: cannot list the runs: denied"),
+        ("", "Traceback\nModuleNotFoundError: No module named trainer.run_list\n", 1,
+         "the image has no trainer.run_list"),
         ("", "", None, "did not end within 180 s"),
         ("not json\n", "", 0, "no run records in its output"),
         ("", "exec failed", -1, "the reader failed: KeyError('causes'): exec failed"),
@@ -170,11 +172,11 @@ def test_without_a_running_worker_a_reader_pod_is_made_from_the_template(prod_st
     # Kept: a cluster whose only nodes are tainted GPU nodes still schedules the reader.
     assert spec["tolerations"] == template["spec"]["tolerations"], spec
     assert spec["restartPolicy"] == "Never", spec
-    assert spec["activeDeadlineSeconds"] == records.READER_DEADLINE_S, spec
-    assert container["command"] == list(records.READER_COMMAND) and container["args"] == []
+    assert spec["activeDeadlineSeconds"] == runs_reader.READER_DEADLINE_S, spec
+    assert container["command"] == list(runs_reader.READER_COMMAND) and container["args"] == []
     assert container["resources"] == {
-        "requests": records.READER_REQUESTS,
-        "limits": records.READER_LIMITS,
+        "requests": runs_reader.READER_REQUESTS,
+        "limits": runs_reader.READER_LIMITS,
     }, container["resources"]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe", "ports"):
         assert probe not in container, f"reader container: {probe} kept"
@@ -187,7 +189,7 @@ def test_without_a_running_worker_a_reader_pod_is_made_from_the_template(prod_st
     labels, selector = body["metadata"]["labels"], prod_sts["spec"]["selector"]["matchLabels"]
     assert labels["app.kubernetes.io/component"] == "runs-reader", labels
     assert any(labels.get(k) != v for k, v in selector.items()), "counted as a worker"
-    assert {**labels, records.COMPONENT_LABEL: "worker"} == template["metadata"]["labels"]
+    assert {**labels, runs_reader.COMPONENT_LABEL: "worker"} == template["metadata"]["labels"]
 
 
 def test_the_reader_asks_no_more_than_one_worker(prod_sts: dict) -> None:
@@ -195,7 +197,7 @@ def test_the_reader_asks_no_more_than_one_worker(prod_sts: dict) -> None:
     (worker,) = small["spec"]["template"]["spec"]["containers"]
     worker["resources"] = {"requests": {"cpu": "50m", "memory": "128Mi"},
                            "limits": {"cpu": "500m", "memory": "512Mi"}}  # fmt: skip
-    body = records.reader_pod(small, "r")
+    body = runs_reader.reader_pod(small, "r")
     assert body["spec"]["containers"][0]["resources"] == {
         "requests": {"cpu": "100m", "memory": "256Mi"},
         "limits": {"cpu": "500m", "memory": "512Mi"},
@@ -206,7 +208,7 @@ def test_a_reader_that_would_match_the_selector_is_not_created(prod_sts: dict) -
     odd = copy.deepcopy(prod_sts)
     odd["spec"]["selector"]["matchLabels"] = {"app.kubernetes.io/name": "tf-distributed"}
     with pytest.raises(UsageError, match="would be counted as a worker"):
-        records.reader_pod(odd, "r")
+        runs_reader.reader_pod(odd, "r")
 
 
 @pytest.mark.parametrize(
@@ -214,8 +216,8 @@ def test_a_reader_that_would_match_the_selector_is_not_created(prod_sts: dict) -
     [
         ([{"phase": "Failed", "containerStatuses": [
             {"state": {"terminated": {"exitCode": 5, "reason": "Error"}}}]}],
-         "trainer.run_records: error: gs://b/p/s: cannot list the runs: timeout\n",
-         "Failed (exit 5 (Error)): trainer.run_records: error: gs://b/p/s: cannot list"),
+         "trainer.run_list: error: gs://b/p/s: cannot list the runs: timeout\n",
+         "Failed (exit 5 (Error)): trainer.run_list: error: gs://b/p/s: cannot list"),
         ([{"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
            "message": "0/2 nodes are available: insufficient memory"}]}], "",
          "Pending (not ended within 180 s (not scheduled: 0/2 nodes are available"),

@@ -12,13 +12,12 @@ and write ``DONE`` and ``summary.json`` again at the end. Imports no TensorFlow 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 
 from trainer import contract
-from trainer.checkpoints import gfile, join, write_text
 from trainer.config import Config
 from trainer.errors import CheckpointError
+from trainer.storage import join, read_text, write_text
 
 
 @dataclass(frozen=True)
@@ -86,25 +85,12 @@ def read_done(root: str) -> DoneRecord | None:
         CheckpointError: the directory cannot be read, or ``DONE`` is not a record.
     """
     path = join(root, contract.DONE_MARKER)
-    try:
-        if "://" not in root:  # a local path: no TensorFlow import (seconds) to find out
-            if not os.path.exists(path):
-                return None
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        else:
-            fs = gfile()
-            if not fs.exists(path):
-                return None
-            with fs.GFile(path, "r") as f:
-                text = f.read()
-    except Exception as err:  # noqa: BLE001 - tf.errors.OpError without importing tf eagerly
-        raise CheckpointError(
-            f"{contract.ENV_CHECKPOINT_DIR}={root!r}: cannot access: {err}"
-        ) from None
+    text = read_text(path)
+    if text is None:
+        return None
     return DoneRecord.parse(text, path)
 
 
 def write_done(root: str, record: DoneRecord) -> None:
     """Write ``DONE`` (atomically, last: the run is finished once it exists)."""
-    write_text(join(root, contract.DONE_MARKER), record.to_text())
+    write_text(join(root, contract.DONE_MARKER), record.to_text(), "DONE")

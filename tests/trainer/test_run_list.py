@@ -1,4 +1,4 @@
-"""A stack's runs read back from their directories (trainer.run_records), written by the same
+"""A stack's runs read back from their directories (trainer.run_list), written by the same
 modules the trainer writes them with wherever one exists (DONE, the lease, the manifest)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from trainer import contract, run_records, runs
+from trainer import contract, done_marker, run_list
 from trainer.config import Config
 from trainer.lease import LEASE_FILE, LeaseRecord
 from trainer.logs import Log
@@ -51,8 +51,8 @@ def _done(run: Path, text: str | None = None) -> None:
     if text is not None:
         (run / contract.DONE_MARKER).write_text(text)
         return
-    record = runs.DoneRecord(96, 3, 32, 128, run.name, "2026-12-03T09:30:00Z")
-    runs.write_done(str(run), record)
+    record = done_marker.DoneRecord(96, 3, 32, 128, run.name, "2026-12-03T09:30:00Z")
+    done_marker.write_done(str(run), record)
 
 
 def _lease(run: Path, expires_at: float) -> None:
@@ -186,7 +186,7 @@ def test_a_run_is_read_from_its_files(
     run = tmp_path / "r1"
     run.mkdir()
     make(run)
-    (record,) = run_records.list_runs(str(tmp_path), lambda: NOW)
+    (record,) = run_list.list_runs(str(tmp_path), lambda: NOW)
     got = vars(record)
     problems = got.pop("problems")
     want = {**BASE, **expected, "run_id": "r1"}
@@ -200,10 +200,10 @@ def test_a_run_is_read_from_its_files(
 
 
 def test_directories_without_a_run_file_and_missing_roots_are_no_runs(tmp_path: Path):
-    assert run_records.list_runs(str(tmp_path / "absent")) == []
+    assert run_list.list_runs(str(tmp_path / "absent")) == []
     (tmp_path / "empty").mkdir()
     (tmp_path / "stray.txt").write_text("x")
-    assert run_records.list_runs(str(tmp_path)) == []
+    assert run_list.list_runs(str(tmp_path)) == []
 
 
 def test_runs_are_listed_newest_first(tmp_path: Path):
@@ -213,7 +213,7 @@ def test_runs_are_listed_newest_first(tmp_path: Path):
     (tmp_path / "unmanifested").mkdir()
     _summary(tmp_path / "unmanifested")
     _done(tmp_path / "unmanifested")
-    assert [r.run_id for r in run_records.list_runs(str(tmp_path))] == ["b", "a", "unmanifested"]
+    assert [r.run_id for r in run_list.list_runs(str(tmp_path))] == ["b", "a", "unmanifested"]
 
 
 def test_the_manifest_the_chief_writes_carries_what_the_listing_shows(tmp_path: Path):
@@ -226,7 +226,7 @@ def test_the_manifest_the_chief_writes_carries_what_the_listing_shows(tmp_path: 
     guard.check()
     with guard.training(is_chief=True):
         guard.record(global_batch=64, precision="fp32")
-    (record,) = run_records.list_runs(str(tmp_path))
+    (record,) = run_list.list_runs(str(tmp_path))
     assert (record.image, record.image_digest) == ("tfd:0.1.0", DIGEST), record
     assert (record.source_commit, record.config_hash) == (COMMIT, "h" * 64), record
     assert record.started_utc is not None and record.state == "stopped", record
@@ -234,24 +234,24 @@ def test_the_manifest_the_chief_writes_carries_what_the_listing_shows(tmp_path: 
 
 def test_the_root_is_the_parent_of_the_run_directory():
     env = {contract.ENV_CHECKPOINT_DIR: "/checkpoints/tf-distributed/dev/r1/"}
-    assert run_records.default_root(env) == "/checkpoints/tf-distributed/dev"
-    assert run_records.default_root({contract.ENV_CHECKPOINT_DIR: "gs://b/p/s/r1"}) == "gs://b/p/s"
+    assert run_list.default_root(env) == "/checkpoints/tf-distributed/dev"
+    assert run_list.default_root({contract.ENV_CHECKPOINT_DIR: "gs://b/p/s/r1"}) == "gs://b/p/s"
     for bad in ("", "r1", "gs://r1"):
-        with pytest.raises(run_records.ContractError, match="TFD_CHECKPOINT_DIR: needs"):
-            run_records.default_root({contract.ENV_CHECKPOINT_DIR: bad})
+        with pytest.raises(run_list.ContractError, match="TFD_CHECKPOINT_DIR: needs"):
+            run_list.default_root({contract.ENV_CHECKPOINT_DIR: bad})
 
 
 def test_the_entry_point_prints_one_json_document_without_tensorflow(tmp_path: Path):
     (tmp_path / "r1").mkdir()
     done_run(tmp_path / "r1")
-    module = [sys.executable, "-m", "trainer.run_records", "--json", str(tmp_path)]
+    module = [sys.executable, "-m", "trainer.run_list", "--json", str(tmp_path)]
     out = subprocess.run(module, capture_output=True, text=True, timeout=60, cwd=REPO)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert set(doc) == {"version", "root", "read_utc", "runs"}, doc
     assert [(r["run_id"], r["state"], r["step"]) for r in doc["runs"]] == [("r1", "done", 96)]
     check = (
-        "import sys; from trainer import run_records as r; code = r.main([sys.argv[1]]);"
+        "import sys; from trainer import run_list as r; code = r.main([sys.argv[1]]);"
         "assert 'tensorflow' not in sys.modules, 'TensorFlow imported'; sys.exit(code)"
     )
     out = subprocess.run(
@@ -266,11 +266,11 @@ def test_an_unreadable_root_is_one_line_and_exit_5(
     def refuse(path: str) -> Any:
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr(run_records.os, "scandir", refuse)
-    assert run_records.main(["--json", str(tmp_path)]) == 5
+    monkeypatch.setattr(run_list.os, "scandir", refuse)
+    assert run_list.main(["--json", str(tmp_path)]) == 5
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot list the runs: [Errno 13]" in err, err
-    assert run_records.main(["--json"], env={}) == 3
+    assert run_list.main(["--json"], env={}) == 3
     assert "TFD_CHECKPOINT_DIR: needs" in capsys.readouterr().err
 
 
@@ -280,7 +280,7 @@ def test_one_garbled_record_leaves_the_other_runs_listed(
     for name, make in (("good", done_run), ("nan", nan_loss), ("huge", huge_integer_loss)):
         (tmp_path / name).mkdir()
         make(tmp_path / name)
-    assert run_records.main(["--json", str(tmp_path)]) == 0
+    assert run_list.main(["--json", str(tmp_path)]) == 0
     doc = json.loads(capsys.readouterr().out)
     by_id = {r["run_id"]: r for r in doc["runs"]}
     assert by_id["good"]["loss"] == 0.25 and by_id["good"]["problems"] == [], by_id["good"]

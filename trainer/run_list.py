@@ -1,29 +1,10 @@
 """The runs of a stack, read from their records on the checkpoint storage (``tfd runs``).
 
-Every run of a stack is a directory ``<root>/<run id>`` under one root (``TFD_CHECKPOINT_DIR``
-is ``<root>/<run id>``; the stacks use ``<claim mount or bucket URI>/<project>/<stack>``). What
-each run says about itself, and where:
-
-- ``manifest.json`` (:mod:`trainer.manifest`, written at its first training start):
-  ``created_utc`` (started), ``image``, ``image_digest``, ``source_commit``, ``config_hash``;
-- ``DONE`` (:mod:`trainer.runs`, written last): the final step and ``finished_utc``;
-- ``summary.json`` (:mod:`trainer.finish`): the last epoch's ``accuracy`` and ``loss``, and
-  the evaluation's ``eval_accuracy`` when the run evaluates;
-- ``checkpoints/checkpoint`` (TensorFlow's state file): the latest checkpoint, ``ckpt-<step>``;
-- ``chief.lease`` (:mod:`trainer.lease`): present and unexpired only while a chief trains.
-
-Three states can be told apart from these files, and only three: ``done`` (``DONE`` exists),
-``training`` (no ``DONE``, a lease that has not expired on this reader's clock) and ``stopped``
-(neither: stopped by ``tfd stop``, failed, or between two starts; the trainer writes no
-failure record, the pods' status says which for the stack's current run). A file that exists
-but cannot be read or parsed is named in the run's ``problems`` and the rest is still read; a
-directory holding none of these files is no run and is left out.
-
-Imports no TensorFlow: local paths (the shared claim) are read with the standard library;
-``gs://``/``s3://`` URIs through ``tf.io.gfile``, imported on first use.
-
-``python -m trainer.run_records [--json] [ROOT]`` prints the runs under ``ROOT`` (default: the
-parent of ``$TFD_CHECKPOINT_DIR``) as one JSON document (:func:`document`) or as text.
+Each run is a directory ``<root>/<run id>``; its manifest, ``DONE``, ``summary.json``, latest
+checkpoint and lease tell three states apart: ``done``, ``training`` (an unexpired lease) and
+``stopped``. An unreadable file is named in the run's ``problems``; the rest is still read.
+Imports no TensorFlow for local paths. ``python -m trainer.run_list [--json] [ROOT]`` prints
+them (:func:`document`).
 """
 
 from __future__ import annotations
@@ -42,11 +23,12 @@ from typing import Any
 
 from trainer import contract
 from trainer.checkpoints import CHECKPOINTS_SUBDIR
+from trainer.done_marker import DoneRecord
 from trainer.errors import CheckpointError, ContractError, RunConflictError, TrainerError
 from trainer.finish import SUMMARY_FILE
-from trainer.lease import LEASE_FILE, LeaseRecord, gfile, is_local, read_text, utc
+from trainer.lease import LEASE_FILE, LeaseRecord, utc
 from trainer.manifest import MANIFEST_FILE
-from trainer.runs import DoneRecord
+from trainer.storage import exists, gfile, is_local, join, read_text
 
 STATE_FILE = "checkpoint"
 """TensorFlow's checkpoint state file in ``checkpoints/``."""
@@ -89,10 +71,6 @@ class RunRecord:
     """One line per record file that exists but cannot be read or parsed."""
 
 
-def _join(root: str, name: str) -> str:
-    return f"{root.rstrip('/')}/{name}"
-
-
 def _entries(root: str) -> list[str]:
     """The names of the directories directly under ``root``; none when it does not exist.
 
@@ -108,15 +86,9 @@ def _entries(root: str) -> list[str]:
         if not fs.exists(root):
             return []
         names = [n.rstrip("/") for n in fs.listdir(root)]
-        return sorted(n for n in names if fs.isdir(_join(root, n)))
+        return sorted(n for n in names if fs.isdir(join(root, n)))
     except Exception as err:  # noqa: BLE001 - OSError or tf.errors.OpError (tf imported lazily)
         raise CheckpointError(f"{root}: cannot list the runs: {err}") from None
-
-
-def _exists(path: str) -> bool:
-    if is_local(path):
-        return os.path.exists(path)
-    return bool(gfile().exists(path))
 
 
 def _text(path: str, problems: list[str]) -> str | None:
@@ -177,7 +149,7 @@ def _seconds(when: str | None) -> float | None:
 def latest_checkpoint_step(run_dir: str, problems: list[str]) -> int | None:
     """The step of the checkpoint TensorFlow's state file names as the latest
     (``ckpt-<step>``); ``None`` when there is no state file."""
-    path = _join(_join(run_dir, CHECKPOINTS_SUBDIR), STATE_FILE)
+    path = join(join(run_dir, CHECKPOINTS_SUBDIR), STATE_FILE)
     text = _text(path, problems)
     if text is None:
         return None
@@ -192,17 +164,17 @@ def latest_checkpoint_step(run_dir: str, problems: list[str]) -> int | None:
 def read_run(root: str, run_id: str, now: float) -> RunRecord | None:
     """The record of ``<root>/<run_id>``; ``None`` when the directory holds no run's file.
     ``now``: this reader's clock (Unix seconds), against the lease's expiry."""
-    run_dir = _join(root, run_id)
+    run_dir = join(root, run_id)
     problems: list[str] = []
     try:
-        if not any(_exists(_join(run_dir, name)) for name in _RUN_FILES):
+        if not any(exists(join(run_dir, name)) for name in _RUN_FILES):
             return None
     except Exception as err:  # noqa: BLE001 - OSError or tf.errors.OpError
         return RunRecord(run_id, STOPPED, problems=[f"{run_dir}: cannot read: {err}"])
-    manifest = _json_object(_join(run_dir, MANIFEST_FILE), problems)
-    summary_path = _join(run_dir, SUMMARY_FILE)
+    manifest = _json_object(join(run_dir, MANIFEST_FILE), problems)
+    summary_path = join(run_dir, SUMMARY_FILE)
     summary = _json_object(summary_path, problems)
-    done_path = _join(run_dir, contract.DONE_MARKER)
+    done_path = join(run_dir, contract.DONE_MARKER)
     done_text = _text(done_path, problems)
     done: DoneRecord | None = None
     if done_text is not None:
@@ -210,7 +182,7 @@ def read_run(root: str, run_id: str, now: float) -> RunRecord | None:
             done = DoneRecord.parse(done_text, done_path)
         except CheckpointError as err:
             problems.append(str(err))
-    lease_path = _join(run_dir, LEASE_FILE)
+    lease_path = join(run_dir, LEASE_FILE)
     lease_text = _text(lease_path, problems)
     lease: LeaseRecord | None = None
     if lease_text is not None:
@@ -313,9 +285,9 @@ def _text_lines(doc: Mapping[str, Any]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """``python -m trainer.run_records``; returns the exit code (``trainer.errors``)."""
+    """``python -m trainer.run_list``; returns the exit code (``trainer.errors``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m trainer.run_records",
+        prog="python -m trainer.run_list",
         description="The runs under a stack's checkpoint root, from their records.",
         allow_abbrev=False,
     )
@@ -326,7 +298,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         root = args.root or default_root(os.environ if env is None else env)
         doc = document(root.rstrip("/") or "/")
     except TrainerError as err:
-        print(f"trainer.run_records: error: {err}", file=sys.stderr)
+        print(f"trainer.run_list: error: {err}", file=sys.stderr)
         return err.exit_code
     if args.json:
         print(json.dumps(doc, sort_keys=True, allow_nan=False))
