@@ -101,9 +101,16 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cluster = _start(root, "--on-done", "exit")
     peaks = [0, 0]
     sampler = _sample_threads(cluster, peaks)
-    # Past the first checkpoint: it is saved before the next call starts.
+    port = cluster.procs[0].metrics_port
     until(lambda: _last_step(cluster) > CHECKPOINT_EVERY, 120, "worker-0 progress")
-    scraped = _scrape(cluster.procs[0].metrics_port)
+
+    def checkpointed() -> dict[str, float] | None:
+        # An asynchronous save's metrics follow its file write, which a loaded machine can
+        # finish calls later: the step alone does not say the first checkpoint is counted.
+        values = _scrape(port)
+        return values if values[contract.METRIC_CHECKPOINT_STEP] >= CHECKPOINT_EVERY else None
+
+    scraped = until(checkpointed, 60, "worker-0's first checkpoint in /metrics")
     ready = _http(cluster.procs[0].metrics_port, contract.READINESS_PATH)[0]
     codes = cluster.wait(timeout_s=180)
     sampler.join(timeout=5)
