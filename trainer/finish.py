@@ -137,7 +137,7 @@ def weights_digest(net: Any) -> str:
 
 def classify(err: Any, num_workers: int) -> Exception:
     """Map a TensorFlow runtime error in the loop to the trainer's error tree; the line keeps
-    TensorFlow's cause (:func:`~trainer.checkpoints.first_line`: for a lost peer, its task
+    TensorFlow's cause (:func:`~trainer.errors.first_line`: for a lost peer, its task
     and why, e.g. ``stopped sending heartbeats``) or names a malformed TFRecord's file and
     feature (:func:`trainer.tfrecord.bad_record`)."""
     import tensorflow as tf

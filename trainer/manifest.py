@@ -63,21 +63,11 @@ _STAT_THREADS = 16
 def dataset_fingerprint(
     config: Config, recorded: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """What identifies the training data of ``config``.
-
-    ``synthetic``: its parameters (examples, seed). ``mnist``: the name (tf-keras checks the
-    download against its published hash). Files (``.npz``, TFRecord file, glob or directory):
-    the spec, the number of files, their total bytes and a SHA-256 over each file's path and
-    size and either its content (the whole dataset within :data:`CONTENT_HASH_BYTES`: a file
-    regenerated with the same size, such as an ``.npz`` of the same shapes, still differs) or
-    its modification time (larger datasets: hashing them would read every byte at every start
-    of every worker; a re-upload of identical bytes then counts as a change). ``--eval-split``
-    holds examples out of training, so it is part of the data.
-
-    ``recorded``: the manifest's fingerprint, if any. The spec alone decides what kind of
-    dataset it names (``trainer.data.load``), so a recorded fingerprint of the same spec gives
-    the kind without importing ``trainer.data`` (TensorFlow: seconds at every start of a
-    finished run); local files are read with the standard library for the same reason.
+    """What identifies the training data of ``config``: a synthetic set's parameters, MNIST's name,
+    or for files the spec, their count, bytes and a SHA-256 over each file's path, size and content
+    (within :data:`CONTENT_HASH_BYTES`) or modification time (larger); ``--eval-split`` too
+    (docs/trainer.md, "Run manifest"). ``recorded``: the manifest's fingerprint, if any: one of the
+    same spec gives the kind without importing ``trainer.data`` (TensorFlow: seconds).
 
     Raises:
         DataError: the spec names no file, or the files cannot be listed or read.

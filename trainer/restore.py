@@ -57,21 +57,13 @@ def restore(
     """Restore the newest intact checkpoint; returns the step to start at, in current global
     batches, and the checkpoint's path (``None``: none, start at 0).
 
-    A checkpoint that does not restore (its files cut short, missing or garbled, e.g. a save
-    that a full volume or a crash interrupted) is skipped with a ``warning`` naming it, and the
-    next older one the state file lists is tried; only when none restores is it an error.
-    A rescue checkpoint (:mod:`trainer.rescue`) further on than every one of the state file
-    (:class:`Progress`: examples seen) is tried first.
-
-    ``batch_var`` holds the current global batch on entry and on return. A checkpoint saved
-    with another global batch (another world size) has its step converted so that the
-    examples already seen are kept: ``step * saved_global_batch // global_batch``, at most
-    ``total``, unless ``--steps-per-epoch`` is explicit: epochs are then counted in steps and
-    the step is kept. A checkpoint that lacks one of the tracked objects or the global batch
-    is skipped like a corrupt one. The optimizer's ``iterations`` is set to the step
-    (step-keyed schedules and Adam's bias correction follow the training progress) and its
-    learning rate to what the flags give for the current global batch
-    (``--learning-rate-scaling``), never the saved rate.
+    A checkpoint that does not restore (cut short, garbled, lacking a tracked object or the
+    global batch) is skipped with a ``warning`` and the next older one tried; a rescue further on
+    than all of them (:mod:`trainer.rescue`) is tried first. A step saved at another global batch
+    is converted so the examples seen are kept (kept as it is with an explicit
+    ``--steps-per-epoch``); the optimizer's ``iterations`` follows the step and its learning
+    rate is the flags' for the current global batch (docs/trainer.md, "Sharding and resume").
+    ``batch_var`` holds the current global batch on entry and on return.
 
     Raises:
         CheckpointError: the state file is corrupt, names only missing files, or no listed
