@@ -68,6 +68,12 @@ def _list_stacks(workspace: Any) -> list[Any]:
     raise AssertionError("unreachable")
 
 
+OUTPUT_READS = 3
+"""Reads of the stack's outputs: the SDK reads them twice (masked, then in plaintext) and raises
+``KeyError`` when an update wrote new ones in between, as a ``tfd status`` beside a stack's
+first ``pulumi up`` saw (``KeyError: 'configHash'``, exit 70, in ``make e2e``)."""
+
+
 class StackHandle:
     """One stack of the project, selected in a local workspace on ``project_dir``."""
 
@@ -119,8 +125,16 @@ class StackHandle:
         return "" if entry is None else str(entry.value)
 
     def outputs(self) -> dict[str, Any]:
-        out = self._run(f"stack {self.name}: read outputs", self.stack.outputs)
-        return {k: v.value for k, v in out.items()}
+        for attempt in range(OUTPUT_READS):
+            try:
+                out = self._run(f"stack {self.name}: read outputs", self.stack.outputs)
+            except KeyError:  # the SDK's two reads saw two sets (OUTPUT_READS)
+                if attempt == OUTPUT_READS - 1:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            return {k: v.value for k, v in out.items()}
+        raise AssertionError("unreachable")
 
     def target(self) -> Target:
         """The deployed names (outputs); before the first ``up`` has ended, the names the

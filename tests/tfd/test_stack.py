@@ -148,3 +148,33 @@ def test_a_listing_that_meets_a_state_file_being_renamed_is_tried_again(monkeypa
     ws_other.list_stacks = lambda: (_ for _ in ()).throw(other)  # type: ignore[method-assign]
     with pytest.raises(auto.CommandError):
         stack_module._list_stacks(ws_other)
+
+
+def test_outputs_that_an_update_changes_between_the_sdks_two_reads_are_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK reads the outputs masked, then in plaintext; a first ``pulumi up`` that writes
+    them in between made ``KeyError: 'configHash'`` (``tfd status``, exit 70)."""
+    import json
+
+    from tfd import stack as stack_module
+
+    monkeypatch.setattr(stack_module.time, "sleep", lambda s: None)
+    new = {"namespace": "tfd-dev", "configHash": "ab12"}
+    reads = iter([{"namespace": "tfd-dev"}, new, new, new])  # masked before, plaintext after
+    ws = auto.LocalWorkspace.__new__(auto.LocalWorkspace)
+    monkeypatch.setattr(
+        ws, "_run_pulumi_cmd_sync",
+        lambda *a, **k: auto.CommandResult(stdout=json.dumps(next(reads)), stderr="", code=0),
+    )  # fmt: skip
+    with pytest.raises(KeyError):  # the SDK's own read, as tfd status met it
+        ws.stack_outputs("dev")
+    reads = iter([{"namespace": "tfd-dev"}, new, new, new])
+
+    class Stack:
+        def outputs(self) -> object:
+            return ws.stack_outputs("dev")
+
+    h = StackHandle.__new__(StackHandle)
+    h.name, h.stack = "dev", Stack()
+    assert h.outputs() == new
