@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfd.errors import ClusterError, RunFailedError, UsageError, WaitTimeoutError
 from tfd.follow import Follower, print_logs
@@ -29,8 +29,14 @@ from tfd.up import UpInterrupted, WatchedUp
 from trainer.contract.api import RUN_ID_ANNOTATION
 from trainer.run_list import RunRecord
 
+if TYPE_CHECKING:  # tfd.settings imports the program's config lazily: tfd starts fast
+    from infra.config import StackConfig
+
 POLL_S = 3.0
 """Seconds between two readings of the cluster while waiting."""
+DRAIN_MARGIN_S = 60
+"""Seconds past the workers' grace period that a queued run's stop may take (the kubelet's
+own teardown after SIGKILL) before ``submit`` gives up waiting."""
 
 OnStatus = Callable[[RunStatus], None]
 """Called with each reading while a method waits."""
@@ -187,18 +193,7 @@ class TfdClient:
                 f"stack {self.handle.name}: no workers on the cluster; nothing to stop"
             )
         run_id = (sts["metadata"].get("annotations") or {}).get(RUN_ID_ANNOTATION)
-        before = int(sts["spec"].get("replicas") or 0)
-        if before:
-            # The mark first (a StatefulSet at zero without one reads as a finished run), with
-            # the generation the scale gives the spec; corrected if something else changed it.
-            at = datetime.now(UTC).isoformat(timespec="seconds")
-            generation = int(sts["metadata"].get("generation") or 0)
-            cluster.patch_annotations({STOP_ANNOTATION: stop_mark(at, generation + 1)})
-            cluster.scale(0)
-            live = cluster.statefulset() or sts
-            if live["metadata"].get("generation") != generation + 1:
-                mark = stop_mark(at, int(live["metadata"].get("generation") or 0))
-                cluster.patch_annotations({STOP_ANNOTATION: mark})
+        before = _stop(cluster, sts)
         return StopResult(self.handle.name, run_id, before, stopped=before > 0)
 
     def runs(self) -> RunList:
@@ -277,6 +272,7 @@ class TfdClient:
             changes[stack_settings.full_key("epochs")] = str(epochs)
         if image:
             changes[stack_settings.full_key("imageReference")] = image
+        before, _ = stack_settings.merged(defaults, handle.config(), {})
         raw, secret_keys = stack_settings.merged(defaults, handle.config(), changes)
         cfg = stack_settings.validate(raw, secret_keys, stack=handle.name)
         continued = run_id == current
@@ -286,13 +282,15 @@ class TfdClient:
             f"run {run_id} ({'continued' if continued else 'new'}) on stack {handle.name}: "
             f"{cfg.training.epochs} epochs, {cfg.workers.replicas} workers",
         )  # fmt: skip
+        cluster = Cluster.connect(handle.access(), cfg.namespace, cfg.statefulset_name)
+        if cfg.queue.enabled and continued and any(before.get(k) != raw[k] for k in changes):
+            _through_zero(cluster, cfg, timeout_s, on_notice)
         # Only what differs from the stack's own config is written to its settings file,
         # which up reads; it is put back unless the update went through. A run whose new
         # workers fail with their own error keeps them: deployed, the fix goes on top.
         saved = handle.saved_settings()
         try:
             handle.set_config({k: v for k, v in changes.items() if self._text(k) != raw[k]})
-            cluster = Cluster.connect(handle.access(), cfg.namespace, cfg.statefulset_name)
             WatchedUp(handle, cluster, on_status, on_notice, on_output).run()
         except RunFailedError:
             raise
@@ -315,6 +313,65 @@ class TfdClient:
     def _text(self, key: str) -> str | None:
         entry = self.handle.config().get(key)
         return None if entry is None else str(entry.value)
+
+
+def _stop(cluster: Cluster, sts: Mapping[str, Any]) -> int:
+    """Scale ``sts`` to zero, marked as stopped; the workers it had (0: nothing done)."""
+    before = int(sts["spec"].get("replicas") or 0)
+    if before:
+        # The mark first (a StatefulSet at zero without one reads as a finished run), with
+        # the generation the scale gives the spec; corrected if something else changed it.
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        generation = int(sts["metadata"].get("generation") or 0)
+        cluster.patch_annotations({STOP_ANNOTATION: stop_mark(at, generation + 1)})
+        cluster.scale(0)
+        live = cluster.statefulset() or sts
+        if live["metadata"].get("generation") != generation + 1:
+            mark = stop_mark(at, int(live["metadata"].get("generation") or 0))
+            cluster.patch_annotations({STOP_ANNOTATION: mark})
+    return before
+
+
+def _through_zero(
+    cluster: Cluster, cfg: StackConfig, timeout_s: float | None, on_notice: OnNotice
+) -> None:
+    """Stop a queued run's workers and wait until they are gone, before ``pulumi up`` changes
+    them: Kueue admits a StatefulSet's pods only as one group, and refuses a new count of a
+    running one (docs/queue.md); from zero, the new workers are admitted as a new group.
+
+    Raises:
+        WaitTimeoutError: the workers were still terminating after their grace period (and
+            :data:`DRAIN_MARGIN_S`), or ``timeout_s``; the run stays stopped.
+    """
+    sts = cluster.statefulset()
+    if sts is None:
+        return
+    before = _stop(cluster, sts)
+    if not before and not cluster.pods(sts):
+        return
+    on_notice(
+        {"event": "through-zero", "queue": cfg.queue.name, "workers_before": before,
+         "workers": cfg.workers.replicas},
+        f"queued stack (queueName {cfg.queue.name}): stopping the run's {before} workers (each "
+        f"checkpoints on SIGTERM), then its {cfg.workers.replicas} workers wait to be admitted "
+        "as one group",
+    )  # fmt: skip
+    limit = cfg.workers.termination_grace_seconds + DRAIN_MARGIN_S
+    if timeout_s is not None:
+        limit = min(limit, timeout_s)
+    started = time.monotonic()
+    while left := cluster.pods(sts):
+        if time.monotonic() - started >= limit:
+            raise WaitTimeoutError(
+                f"{len(left)} workers still terminating after {limit:g} s; the run is stopped "
+                f"and its settings unchanged (tfd submit --continue again once they are gone)"
+            )
+        time.sleep(POLL_S)
+    on_notice(
+        {"event": "drained", "workers_before": before,
+         "seconds": round(time.monotonic() - started, 1)},
+        f"{before} -> 0 workers in {time.monotonic() - started:.1f} s",
+    )  # fmt: skip
 
 
 def _resume(cluster: Cluster, run_id: str, replicas: int) -> bool:

@@ -176,7 +176,8 @@ def cross_field_problems(
             fail(
                 "autoscalingEnabled",
                 "must be false with queueName set: Kueue refuses every resize of a queued "
-                "StatefulSet but to and from zero (stop the run and start it with new replicas)",
+                "StatefulSet but to and from zero (resize through zero with: tfd submit "
+                "--continue --set replicas=N)",
                 True,
             )
     else:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.e2e.harness import KUBECONFIG, Kube, Project
-from tests.e2e.test_tfd import status, tfd
+from tests.e2e.test_tfd import project_with_program, status, tfd
 from tools.kueue import Kueue
 from trainer.contract.api import QUEUE_ADMISSION_GATE, QUEUE_LABEL
 
@@ -342,3 +342,31 @@ def test_the_held_run_is_admitted_when_the_first_stops(
     second_up.join(UP_TIMEOUT_S)
     assert condition(workload(kube, NAMESPACES[1]), "Admitted").get("status") == "True"
     stacks[1].preview(expect_no_changes=True)
+
+
+def test_a_resize_of_a_queued_run_goes_through_zero_and_is_admitted_as_one_group(
+    second_up: Background, stacks: list[Project], kube: Kube
+) -> None:
+    # Kueue refuses a new count of a running queued StatefulSet (above): `tfd submit` stops the
+    # run first, waits for its workers to go, and `pulumi up` brings the new count from zero.
+    second_up.join(UP_TIMEOUT_S)
+    project, namespace = project_with_program(stacks[1]), NAMESPACES[1]
+    started = time.monotonic()
+    # kwok runs no trainer, so the run never logs a step: the wait ends at --timeout (exit 3).
+    resized = tfd(project, "submit", "--continue", "--set", "replicas=1", "--timeout", "15s",
+                  timeout=300)  # fmt: skip
+    took = time.monotonic() - started
+    out = resized.stdout + resized.stderr
+    assert resized.returncode == 3, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert f"stopping the run's {WORKERS} workers" in out, out[-3000:]
+    drained = next(line for line in out.splitlines() if f"{WORKERS} -> 0 workers in" in line)
+    running = pods(kube, namespace)
+    assert [p["metadata"]["name"] for p in running if scheduled(p)] == [f"{STATEFULSET}-0"], [
+        (p["metadata"]["name"], p["spec"].get("nodeName")) for p in running
+    ]
+    wl = workload(kube, namespace)
+    assert [ps.get("count") for ps in wl["spec"]["podSets"]] == [1], wl["spec"]["podSets"]
+    assert condition(wl, "Admitted").get("status") == "True", wl["status"]
+    print(f"[tfd figure] queued resize 2 -> 1 through zero: {drained.strip()}; submit to the "
+          f"new group admitted and its --timeout 15s passed: {took:.1f} s")  # fmt: skip

@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pulumi import automation as auto
 
-from tests.tfd.builders import sts
+from tests.tfd.builders import pod, sts
 from tests.tfd.test_commands import (
     TRAINING,
     FakeCluster,
@@ -18,7 +19,8 @@ from tests.tfd.test_commands import (
 )
 from tfd import client, runs_reader, up
 from tfd.client import RunEntry, RunList, StopResult, SubmitResult, TfdClient
-from tfd.errors import ClusterError
+from tfd.errors import ClusterError, WaitTimeoutError
+from tfd.phase import STOP_ANNOTATION
 
 
 @pytest.fixture(autouse=True)
@@ -90,3 +92,93 @@ def test_submit_from_python_takes_settings_as_a_mapping_and_reports_through_call
     assert changes["tf-distributed:batchSize"] == "32", changes
     assert notices[0]["event"] == "submit" and notices[0]["run_id"] == "nb-1", notices
     assert statuses[-1] == "training", statuses
+
+
+class QueuedHandle(FakeHandle):
+    """The e2e stack under a queue (Kueue): autoscaling off, LocalQueue ``team``, run ``r1``
+    (the run of :func:`tests.tfd.builders.sts`)."""
+
+    def config(self) -> dict:
+        out = super().config()
+        out["tf-distributed:runId"] = auto.ConfigValue(value="r1")
+        out["tf-distributed:autoscalingEnabled"] = auto.ConfigValue(value="false")
+        out["tf-distributed:queueName"] = auto.ConfigValue(value="team")
+        return out
+
+
+class DrainingCluster(FakeCluster):
+    """A running StatefulSet whose pods are gone after ``terminating`` more readings."""
+
+    def __init__(self, live: dict | None, terminating: int) -> None:
+        super().__init__(TRAINING, live=live)
+        self.terminating = terminating
+
+    def patch_annotations(self, annotations: dict) -> None:
+        super().patch_annotations(annotations)
+        if self.live is not None:
+            notes = self.live["metadata"]["annotations"]
+            notes.update(annotations)
+            for key in [k for k, v in notes.items() if v is None]:
+                del notes[key]
+
+    def pods(self, sts: dict) -> list[dict]:
+        if ("scale", 0) not in self.writes:
+            return [pod(0), pod(1)]
+        self.terminating -= 1
+        return [pod(0), pod(1)] if self.terminating >= 0 else []
+
+
+def submit_to(
+    monkeypatch: pytest.MonkeyPatch, handle: FakeHandle, cluster: FakeCluster, **kwargs: Any
+) -> list[dict[str, Any]]:
+    """``submit`` on ``handle``'s stack against ``cluster``; the notices it gave."""
+    use(monkeypatch, handle)
+    monkeypatch.setattr(client.Cluster, "connect", classmethod(lambda cls, a, ns, n: cluster))
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nowhere")
+    notices: list[dict[str, Any]] = []
+    TfdClient("e2e").submit(on_notice=lambda doc, text: notices.append(doc), **kwargs)
+    return notices
+
+
+@pytest.mark.parametrize(
+    ("handle", "kwargs", "through_zero"),
+    [
+        (QueuedHandle(), {"continue_run": True, "settings": {"replicas": "3"}}, True),
+        (QueuedHandle(), {"continue_run": True, "epochs": 9}, True),
+        (QueuedHandle(), {"continue_run": True}, False),  # nothing changes
+        (QueuedHandle(), {"run_id": "r9", "settings": {"replicas": "3"}}, False),  # a new run
+        (FakeHandle(), {"continue_run": True, "settings": {"replicas": "3"}}, False),  # no queue
+    ],
+    ids=["queued resize", "queued more epochs", "queued unchanged", "queued new run", "no queue"],
+)
+def test_a_queued_runs_changed_workers_go_through_zero_before_up(
+    monkeypatch: pytest.MonkeyPatch, handle: FakeHandle, kwargs: dict, through_zero: bool
+) -> None:
+    cluster = DrainingCluster(sts(2), terminating=2)
+    notices = submit_to(monkeypatch, handle, cluster, **kwargs)
+    events = [n["event"] for n in notices]
+    stopped = cluster.writes[:2]
+    if through_zero:
+        assert events[:3] == ["submit", "through-zero", "drained"], events
+        assert stopped[0][0] == "annotate" and stopped[1] == ("scale", 0), cluster.writes
+        assert [c for c, _ in handle.calls] == ["set_config", "up"], handle.calls
+        # Brought back at the new count from zero (the fake's up leaves it at zero).
+        assert cluster.writes[-2:] == [("annotate", {STOP_ANNOTATION: None}), ("scale", 3 if
+                "settings" in kwargs else 2)], cluster.writes  # fmt: skip
+    else:
+        assert "through-zero" not in events, events
+        assert ("scale", 0) not in cluster.writes, cluster.writes
+
+
+def test_a_queued_run_still_terminating_stops_submit_before_anything_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(client, "DRAIN_MARGIN_S", 0)
+    handle = QueuedHandle()
+    cluster = DrainingCluster(sts(2), terminating=10**6)
+    with pytest.raises(WaitTimeoutError, match=r"2 workers still terminating after 0.01 s; the"):
+        submit_to(
+            monkeypatch, handle, cluster, continue_run=True, settings={"replicas": "3"},
+            timeout_s=0.01,
+        )  # fmt: skip
+    assert handle.calls == [], handle.calls  # the settings file untouched, no pulumi up
