@@ -349,12 +349,16 @@ def _through_zero(
     before = _stop(cluster, sts)
     if not before and not cluster.pods(sts):
         return
+    stopping = (
+        f"stopping the run's {before} workers"
+        if before
+        else "waiting for the stopped run's workers to go"
+    )
     on_notice(
         {"event": "through-zero", "queue": cfg.queue.name, "workers_before": before,
          "workers": cfg.workers.replicas},
-        f"queued stack (queueName {cfg.queue.name}): stopping the run's {before} workers (each "
-        f"checkpoints on SIGTERM), then its {cfg.workers.replicas} workers wait to be admitted "
-        "as one group",
+        f"queued stack (queueName {cfg.queue.name}): {stopping} (each checkpoints on SIGTERM), "
+        f"then its {cfg.workers.replicas} workers wait to be admitted as one group",
     )  # fmt: skip
     limit = cfg.workers.termination_grace_seconds + DRAIN_MARGIN_S
     if timeout_s is not None:
@@ -370,7 +374,8 @@ def _through_zero(
     on_notice(
         {"event": "drained", "workers_before": before,
          "seconds": round(time.monotonic() - started, 1)},
-        f"{before} -> 0 workers in {time.monotonic() - started:.1f} s",
+        f"{before if before else 'the stopped run'} -> 0 workers in "
+        f"{time.monotonic() - started:.1f} s",
     )  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """``pulumi up`` of a submit, with the cluster read while it runs: a worker that cannot be
-scheduled is reported with the scheduler's reason while the engine still waits for it, and a
-worker of the new template failing with its own error stops the update (it would not heal).
+scheduled, or that the cluster's queue holds, is reported with the scheduler's or the queue's
+reason while the engine still waits for it, and a worker of the new template failing with its own
+error stops the update (it would not heal).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tfd.kube import Cluster, wait
 from tfd.phase import (
     FAILED,
     PENDING,
+    QUEUED,
     RunStatus,
     derive,
     failed_on_new_template,
@@ -37,8 +39,9 @@ class UpInterrupted(KeyboardInterrupt):
 
 class WatchedUp:
     """``pulumi up`` in a thread; meanwhile the cluster is read, so a worker that cannot be
-    scheduled is reported (with the scheduler's reason) while the engine still waits for it,
-    and a worker of the new template failing with its own error stops the update."""
+    scheduled or is held by the queue is reported (with the scheduler's or Kueue's reason)
+    while the engine still waits for it, and a worker of the new template failing with its own
+    error stops the update."""
 
     def __init__(
         self,
@@ -118,7 +121,7 @@ class WatchedUp:
             except TfdError:
                 continue  # the namespace may not exist yet
             st = derive(snap)
-            if st.phase in (PENDING, FAILED) and st.reason != seen:
+            if st.phase in (PENDING, QUEUED, FAILED) and st.reason != seen:
                 seen = st.reason
                 self.on_status(st)
             # A worker of the new template failing with its own error (or an image that never

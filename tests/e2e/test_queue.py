@@ -10,13 +10,13 @@ would. The tests of this module run in order and share the two stacks.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.e2e.harness import KUBECONFIG, Kube, Project
+from tests.e2e.test_real_tfd import Background as TfdCommand
 from tests.e2e.test_tfd import project_with_program, status, tfd
 from tools.kueue import Kueue
 from trainer.contract.api import QUEUE_ADMISSION_GATE, QUEUE_LABEL
@@ -29,6 +29,8 @@ GPU_LABEL = "cloud.google.com/gke-accelerator=nvidia-tesla-t4"  # tools/cluster.
 GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
 WORKERS = 2
 UP_TIMEOUT_S = 120
+SUBMIT_WAIT = "15s"
+"""The held stack's ``tfd submit --timeout``: how long it waits for a first step once admitted."""
 PLATFORM = {
     "apiVersion": "v1",
     "kind": "List",
@@ -143,24 +145,21 @@ def condition(wl: dict, kind: str) -> dict:
     return {}
 
 
-class Background:
-    """``pulumi up`` in a thread: a queued stack's up waits for its workers to be admitted."""
+class Background(TfdCommand):
+    """``tfd submit`` of the held stack in a subprocess: its ``pulumi up`` waits for the workers
+    to be admitted, and ``submit`` shows the queue's reason meanwhile (``--json`` lines)."""
 
     def __init__(self, project: Project) -> None:
-        self.failures: list[BaseException] = []
-        self.thread = threading.Thread(target=self._up, args=(project,), daemon=True)
-        self.thread.start()
-
-    def _up(self, project: Project) -> None:
-        try:
-            project.up()
-        except BaseException as err:  # noqa: BLE001 - reported by join()
-            self.failures.append(err)
+        super().__init__(project_with_program(project), "submit", "--run-id", "r1", "--json",
+                         "--timeout", SUBMIT_WAIT)  # fmt: skip
+        self.code: int | None = None
 
     def join(self, timeout: float) -> None:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), f"pulumi up still waiting after {timeout:.0f} s"
-        assert not self.failures, f"pulumi up failed: {self.failures[0]}"
+        """Wait for the submit: kwok runs no trainer, so once admitted it waits --timeout for a
+        first step and exits 3."""
+        if self.code is None:
+            self.code = self.wait(timeout)
+        assert self.code == 3, f"tfd submit exited {self.code}:\n{self.text()}"
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +172,7 @@ def second_up(stacks: list[Project], kube: Kube) -> Iterator[Background]:
     up = Background(second)
     kube.wait_for("the second stack's 2 pods", lambda: len(pods(kube, NAMESPACES[1])) == WORKERS)
     yield up
-    up.thread.join(UP_TIMEOUT_S)
+    up.stop()
 
 
 def test_one_run_is_admitted_whole_the_other_held_whole(second_up: Background, kube: Kube) -> None:
@@ -324,6 +323,55 @@ def test_what_an_hpa_style_scale_up_does_to_a_queued_run(second_up: Background, 
         )
 
 
+def test_a_rollout_of_the_admitted_run_keeps_its_admission_and_its_quota(
+    second_up: Background, kube: Kube
+) -> None:
+    # A new template under OnDelete: each worker deletes its own pod at its next step
+    # (docs/infra.md, Rollouts); kwok runs no trainer, so the test deletes them as they would.
+    namespace = NAMESPACES[0]
+    admitted = workload(kube, namespace)["metadata"]["uid"]
+    kube.run("patch", "statefulset", STATEFULSET, "-n", namespace, "--type=json", "-p",
+             '[{"op":"add","path":"/spec/template/spec/containers/0/env/-",'
+             '"value":{"name":"TFD_ROLLOUT_PROBE","value":"1"}}]')  # fmt: skip
+    revision = kube.wait_for(
+        "the new template's revision",
+        lambda: (
+            (kube.get("statefulset.apps", STATEFULSET, namespace) or {})
+            .get("status", {})
+            .get("updateRevision")
+        ),
+    )
+    started = time.monotonic()
+    kube.run("delete", "pod", f"{STATEFULSET}-0", f"{STATEFULSET}-1", "-n", namespace,
+             "--wait=false")  # fmt: skip
+
+    def replaced() -> bool:
+        now = pods(kube, namespace)
+        held = pods(kube, NAMESPACES[1])
+        # The other team's run never gets the quota while the workers are replaced.
+        assert all(gated(p) and not scheduled(p) for p in held), [p["spec"] for p in held]
+        owners = {
+            o["uid"] for o in workload(kube, namespace)["metadata"].get("ownerReferences", [])
+        }
+        return len(now) == WORKERS and all(
+            scheduled(p) and not gated(p) and not p["metadata"].get("deletionTimestamp")
+            and p["metadata"]["labels"].get("controller-revision-hash") == revision
+            # Kueue has taken the new pod into the run's group: a scale to zero before that
+            # (about a second after the pods were replaced) left Kueue 0.17.0 holding the
+            # run's quota, and the held run was never admitted.
+            and p["metadata"]["uid"] in owners
+            for p in now
+        )  # fmt: skip
+
+    kube.wait_for("both workers of the new template scheduled", replaced, timeout=90)
+    took = time.monotonic() - started
+    wl = workload(kube, namespace)
+    print(f"[tfd figure] rollout of an admitted queued run: both workers of the new template "
+          f"scheduled {took:.1f} s after their deletion; the same Workload: "
+          f"{wl['metadata']['uid'] == admitted}")  # fmt: skip
+    assert condition(wl, "Admitted").get("status") == "True", wl["status"]
+
+
 def test_the_held_run_is_admitted_when_the_first_stops(
     second_up: Background, stacks: list[Project], kube: Kube
 ) -> None:
@@ -339,9 +387,15 @@ def test_the_held_run_is_admitted_when_the_first_stops(
     admitted = time.monotonic() - stopped
     print(f"[tfd figure] scale to 0 -> first run's pods gone {gone:.1f} s, "
           f"second run's pods scheduled {admitted:.1f} s")  # fmt: skip
-    second_up.join(UP_TIMEOUT_S)
+    second_up.join(UP_TIMEOUT_S + 30)
     assert condition(workload(kube, NAMESPACES[1]), "Admitted").get("status") == "True"
     stacks[1].preview(expect_no_changes=True)
+    # While its pulumi up waited, submit said why: the queue's reason, before the admission.
+    phases = [(d["phase"], d.get("reason", "")) for d in second_up.docs() if "phase" in d]
+    queued = [why for phase, why in phases if phase == "queued"]
+    print(f"[tfd output] tfd submit of the held run, while held: {queued[:1]}")
+    assert queued and "nvidia.com/gpu" in queued[0], phases
+    assert phases[-1][0] != "queued", phases
 
 
 def test_a_resize_of_a_queued_run_goes_through_zero_and_is_admitted_as_one_group(

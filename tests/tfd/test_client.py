@@ -107,7 +107,7 @@ class QueuedHandle(FakeHandle):
 
 
 class DrainingCluster(FakeCluster):
-    """A running StatefulSet whose pods are gone after ``terminating`` more readings."""
+    """A StatefulSet whose pods are gone after ``terminating`` readings."""
 
     def __init__(self, live: dict | None, terminating: int) -> None:
         super().__init__(TRAINING, live=live)
@@ -122,8 +122,6 @@ class DrainingCluster(FakeCluster):
                 del notes[key]
 
     def pods(self, sts: dict) -> list[dict]:
-        if ("scale", 0) not in self.writes:
-            return [pod(0), pod(1)]
         self.terminating -= 1
         return [pod(0), pod(1)] if self.terminating >= 0 else []
 
@@ -182,3 +180,16 @@ def test_a_queued_run_still_terminating_stops_submit_before_anything_changes(
             timeout_s=0.01,
         )  # fmt: skip
     assert handle.calls == [], handle.calls  # the settings file untouched, no pulumi up
+
+
+def test_a_queued_run_stopped_a_moment_ago_is_waited_for_before_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stopped = sts(0, annotations={STOP_ANNOTATION: '{"at":"t","generation":4}'})
+    cluster = DrainingCluster(stopped, terminating=2)  # still terminating after `tfd stop`
+    handle = QueuedHandle()
+    notices = submit_to(monkeypatch, handle, cluster, continue_run=True, settings={"replicas": "3"})
+    said = {n["event"]: n for n in notices}
+    assert said["through-zero"]["workers_before"] == 0 and "drained" in said, notices
+    assert ("scale", 0) not in cluster.writes, cluster.writes  # already at zero
+    assert [c for c, _ in handle.calls] == ["set_config", "up"], handle.calls

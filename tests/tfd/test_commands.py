@@ -449,3 +449,28 @@ def test_ctrl_c_during_up_waits_for_the_cli_and_keeps_settings_only_if_it_went_t
     assert [c for c, _ in handle.calls] == calls, handle.calls
     if not applied:
         assert handle.calls[-1] == ("restore", b"the user's settings"), handle.calls
+
+
+def test_submit_shows_the_queue_holding_the_workers_while_up_waits_for_them(
+    stack: FakeHandle, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    why = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu"
+    held = Snapshot(
+        sts(2, 0),
+        [pod(0, gated=True), pod(1, gated=True)],
+        [{"reason": "Pending", "message": why, "lastTimestamp": "2026-12-03T12:00:00Z",
+          "involvedObject": {"kind": "Workload", "name": "statefulset-tfd-worker-5c1a2"}}],
+    )  # fmt: skip
+    # Held while up waits, then admitted: up ends once tfd has read every held snapshot.
+    cluster = FakeCluster(*[held] * 5, TRAINING, live=sts(2))
+    handle = WaitingUpHandle()
+    use(monkeypatch, handle)
+    monkeypatch.setattr(
+        handle.cancelled, "wait", lambda timeout: _until(lambda: len(cluster.snapshots) == 1)
+    )
+    connect(monkeypatch, cluster)
+    assert commands.submit(submit_args("--epochs", "4", "--json")) == 0
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    phases = [(d["phase"], d["reason"]) for d in docs if "phase" in d]
+    assert phases[0] == ("queued", f"2/2 workers held by the cluster's queue (Kueue): {why}")
+    assert phases[-1][0] == "training", phases
