@@ -16,7 +16,10 @@
 * ``https-egress`` (``egressHttpsCidrs`` only): TCP 443 to those CIDRs for datasets/buckets,
   each with the in-cluster, private and metadata ranges inside it excepted
   (:func:`excepted_ranges`): ``0.0.0.0/0`` means "the internet", not the API server's
-  neighbours, the nodes' metadata server or the other tenants' pods.
+  neighbours, the nodes' metadata server or the other tenants' pods. It and
+  ``metadata-egress`` (a gs:// location's token) select the stack's pods
+  (:func:`stack_selector`): the workers and the run reader ``tfd runs`` makes from their
+  template when none runs, which reads the same bucket with the same credentials.
 * ``metrics`` (monitoring only): ingress on the metrics port from the monitoring namespace.
 
 Kubelet probes come from the node, which NetworkPolicy implementations allow to reach local pods.
@@ -112,14 +115,14 @@ def _policy(args: NetworkPoliciesArgs, suffix: str, **spec) -> Policy:
     )
 
 
-def _worker_egress(
-    args: NetworkPoliciesArgs, suffix: str, *rules: k8s.networking.v1.NetworkPolicyEgressRuleArgs
+def _egress(
+    args: NetworkPoliciesArgs,
+    suffix: str,
+    pods: k8s.meta.v1.LabelSelectorArgs,
+    *rules: k8s.networking.v1.NetworkPolicyEgressRuleArgs,
 ) -> Policy:
-    """An egress-only policy of the stack's worker pods with ``rules``."""
-    return _policy(
-        args, suffix, pod_selector=selector(args.identity), policy_types=["Egress"],
-        egress=list(rules),
-    )  # fmt: skip
+    """An egress-only policy of the ``pods`` with ``rules``."""
+    return _policy(args, suffix, pod_selector=pods, policy_types=["Egress"], egress=list(rules))
 
 
 def _ports(protocol: str, *numbers: int) -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
@@ -141,6 +144,12 @@ def scope_selector(args: NetworkPoliciesArgs) -> k8s.meta.v1.LabelSelectorArgs:
     the stack owns, else only this stack's (its ``app.kubernetes.io/name`` and ``instance``)."""
     if args.whole_namespace:
         return k8s.meta.v1.LabelSelectorArgs()
+    return stack_selector(args)
+
+
+def stack_selector(args: NetworkPoliciesArgs) -> k8s.meta.v1.LabelSelectorArgs:
+    """This stack's pods, by :data:`STACK_POD_LABELS`: its workers, and the run reader that
+    ``tfd runs`` makes from their pod template (another component label, the same others)."""
     labels = selector_labels(args.identity)
     return k8s.meta.v1.LabelSelectorArgs(match_labels={k: labels[k] for k in STACK_POD_LABELS})
 
@@ -224,9 +233,10 @@ def network_policies(args: NetworkPoliciesArgs) -> list[Policy]:
                 )
             ],
         ),
-        _worker_egress(
+        _egress(
             args,
             "api-server",
+            selector(args.identity),
             k8s.networking.v1.NetworkPolicyEgressRuleArgs(
                 to=[_ip_block(c) for c in args.cluster.api_server_cidrs],
                 ports=_ports("TCP", *args.cluster.api_server_ports),
@@ -235,9 +245,10 @@ def network_policies(args: NetworkPoliciesArgs) -> list[Policy]:
     ]
     if args.cluster.egress_https_cidrs:
         policies.append(
-            _worker_egress(
+            _egress(
                 args,
                 "https-egress",
+                stack_selector(args),
                 k8s.networking.v1.NetworkPolicyEgressRuleArgs(
                     to=[https_peer(c) for c in args.cluster.egress_https_cidrs],
                     ports=_ports("TCP", 443),
@@ -253,7 +264,7 @@ def network_policies(args: NetworkPoliciesArgs) -> list[Policy]:
             )
             for block, port in args.metadata_egress
         )
-        policies.append(_worker_egress(args, "metadata-egress", *rules))
+        policies.append(_egress(args, "metadata-egress", stack_selector(args), *rules))
     if args.monitoring_namespace is not None:
         policies.append(
             _policy(

@@ -13,8 +13,9 @@ workers:
   (``get pods/log``) and it is deleted afterwards, also on an error or Ctrl-C. Its
   ``app.kubernetes.io/component`` label differs from the workers', so it is outside the
   StatefulSet's selector: the StatefulSet, its Service, PodDisruptionBudget and autoscaler
-  never count it, and the NetworkPolicies give it only what every pod of the stack has (the
-  default deny and DNS; a claim needs no traffic).
+  never count it, and the NetworkPolicies give it what every pod of the stack has (the
+  default deny and DNS; with a bucket, HTTPS and the metadata server; a claim needs no
+  traffic) and nothing only workers have (their port, the API server).
 """
 
 from __future__ import annotations

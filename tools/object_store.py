@@ -22,6 +22,11 @@ and mount namespace of its own (``unshare --net --mount``): only a loopback inte
 Commands join the namespace with ``nsenter``; :meth:`ObjectStore.env` is what they need.
 ``python -m tools.object_store DIR`` is the process that holds the namespace (run by
 :meth:`ObjectStore.start` under ``unshare``).
+
+For pods of the real node (:class:`OnHost`) the same servers run in the host's namespace on
+addresses of the node's bridge, as GKE's Private Google Access and metadata server are seen
+from a pod: the node's CoreDNS maps the names to them (``tools/real_node_config.py``), the
+stack's NetworkPolicies must let the workers reach them, and the image trusts the CA.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -49,10 +55,22 @@ ROOT = Path(__file__).resolve().parents[1]
 FAKE_GCS_SERVER = ROOT / ".tools" / "bin" / "fake-gcs-server"
 API_HOSTS = ("www.googleapis.com", "storage.googleapis.com")
 """The hosts TensorFlow's GCS filesystem reaches (its JSON API and its reads)."""
+METADATA_HOST = "metadata.google.internal"
+"""The metadata server's name TensorFlow reaches without ``GCE_METADATA_HOST`` (as on GKE)."""
 BACKEND_PORT = 4443
 METADATA_PORT = 8089
 TOKEN = "stand-in-access-token"
 TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+AUTHORIZATION = f"Bearer {TOKEN}"
+"""What every request to the bucket must carry (the metadata server's token), else the front
+answers 401 as GCS does to an anonymous caller of a private bucket: a run that never got its
+token fails instead of passing anonymously (TensorFlow sends no header when it has none)."""
+_UNAUTHORIZED_BODY = b"Anonymous caller does not have storage access (no token)."
+UNAUTHORIZED = (
+    b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+    + f"Content-Length: {len(_UNAUTHORIZED_BODY)}\r\n\r\n".encode()
+    + _UNAUTHORIZED_BODY
+)
 READY_S = 30
 COUNTS_FILE = "requests.json"
 """In the stand-in's directory: the requests the front has passed on, by method (the
@@ -61,12 +79,25 @@ _counts: dict[str, int] = {}
 _counts_path: list[Path] = []
 
 
-class ObjectStore:
-    """The namespace and its servers, from outside: start, run commands in it, stop."""
+@dataclass(frozen=True)
+class OnHost:
+    """Where the servers listen for pods: the API front on ``api``:443 (fake-gcs-server behind
+    it on ``api``:4443), the metadata server on ``metadata``:80, both added to ``device`` (the
+    node's bridge: they go with it) for as long as the stand-in runs."""
 
-    def __init__(self, directory: Path, bucket: str) -> None:
+    device: str
+    api: str
+    metadata: str
+
+
+class ObjectStore:
+    """The namespace (or, with ``on_host``, the host's addresses) and its servers, from outside:
+    start, run commands that reach them, stop."""
+
+    def __init__(self, directory: Path, bucket: str, on_host: OnHost | None = None) -> None:
         self.dir = directory
         self.bucket = bucket
+        self.on_host = on_host
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -78,16 +109,22 @@ class ObjectStore:
         if not FAKE_GCS_SERVER.exists():
             raise RuntimeError(f"{FAKE_GCS_SERVER} missing: run `make tools` (or `make e2e`)")
         if os.geteuid() != 0:
-            raise RuntimeError("the object store stand-in needs root (unshare --net --mount)")
-        hosts = [f"DNS:{host}" for host in API_HOSTS]
-        self.ca = pki.ca_and_server(self.dir, API_HOSTS[0], hosts).ca
-        (self.dir / "config.json").write_text(json.dumps({"bucket": self.bucket}))
+            raise RuntimeError("the object store stand-in needs root (unshare, ip addr)")
+        sans = [f"DNS:{host}" for host in API_HOSTS]
+        config: dict[str, Any] = {"bucket": self.bucket}
+        holder = [sys.executable, "-m", "tools.object_store", str(self.dir)]
+        if self.on_host is None:
+            holder = ["unshare", "--net", "--mount", "--", *holder]
+        else:
+            sans.append(f"IP:{self.on_host.api}")  # the holder makes the bucket by address
+            config["on_host"] = asdict(self.on_host)
+            for address in (self.on_host.api, self.on_host.metadata):
+                subprocess.run(["ip", "addr", "replace", f"{address}/32", "dev",
+                                self.on_host.device], check=True, capture_output=True)  # fmt: skip
+        self.ca = pki.ca_and_server(self.dir, API_HOSTS[0], sans).ca
+        (self.dir / "config.json").write_text(json.dumps(config))
         log = (self.dir / "holder.log").open("wb")
-        self.proc = subprocess.Popen(
-            ["unshare", "--net", "--mount", "--", sys.executable, "-m", "tools.object_store",
-             str(self.dir)],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        self.proc = subprocess.Popen(holder, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + READY_S
         while not (self.dir / "ready").exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -106,11 +143,14 @@ class ObjectStore:
 
     def env(self) -> dict[str, str]:
         """What TensorFlow needs in the namespace: trust the test CA, and the metadata server."""
-        return {"CURL_CA_BUNDLE": str(self.ca), "GCE_METADATA_HOST": f"127.0.0.1:{METADATA_PORT}"}
+        metadata = f"{self.on_host.metadata}:80" if self.on_host else f"127.0.0.1:{METADATA_PORT}"
+        return {"CURL_CA_BUNDLE": str(self.ca), "GCE_METADATA_HOST": metadata}
 
     def command(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` run inside the namespace."""
+        """``argv`` run inside the namespace (as it is, on the host)."""
         assert self.proc is not None, "the object store is not started"
+        if self.on_host is not None:
+            return list(argv)
         return ["nsenter", f"--target={self.proc.pid}", "--net", "--mount",
                 f"--wd={ROOT}", "--", *argv]  # fmt: skip
 
@@ -130,7 +170,10 @@ class ObjectStore:
 
     def curl(self, *args: str) -> str:
         """curl in the namespace, through the same TLS front as TensorFlow."""
-        return self.run(["curl", "-sSf", "--cacert", str(self.ca), *args])
+        resolve = [arg for host in API_HOSTS if self.on_host
+                   for arg in ("--resolve", f"{host}:443:{self.on_host.api}")]  # fmt: skip
+        return self.run(["curl", "-sSf", "--cacert", str(self.ca), "-H",
+                         f"Authorization: {AUTHORIZATION}", *resolve, *args])  # fmt: skip
 
     def objects(self, prefix: str = "") -> dict[str, tuple[int, str]]:
         """Every object under ``prefix`` in the bucket: ``(size, generation)``, as the JSON API
@@ -161,6 +204,10 @@ class ObjectStore:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.on_host is not None:  # gone already when the bridge went with the cluster
+            for address in (self.on_host.api, self.on_host.metadata):
+                subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", self.on_host.device],
+                               capture_output=True)  # fmt: skip
 
 
 # --- inside the namespace --------------------------------------------------------------------
@@ -220,14 +267,22 @@ def requests_so_far(directory: Path) -> int:
     return sum(json.loads(path.read_text()).values()) if path.exists() else 0
 
 
-async def _requests(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _requests(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: asyncio.StreamWriter
+) -> None:
     """Client to server, request by request: the head less ``Transfer-Encoding: identity`` (a
     no-op that Go refuses) and, on a chunked body, less ``Content-Length`` (RFC 9112 6.3: an
     intermediary removes it; TensorFlow's curl sends both on uploads); then the body, passed on
-    as it comes."""
+    as it comes. A request without :data:`AUTHORIZATION` gets :data:`UNAUTHORIZED` on
+    ``client`` and ends the connection, nothing passed on."""
     while head := await reader.readuntil(b"\r\n\r\n"):
         lines = [line for line in head.split(b"\r\n")
                  if not _is_header(line, b"transfer-encoding", b"identity")]  # fmt: skip
+        if not any(_is_header(line, b"authorization", AUTHORIZATION.lower().encode())
+                   for line in lines):  # fmt: skip
+            client.write(UNAUTHORIZED)
+            await client.drain()
+            return
         _count(lines[0].split(b" ")[0].decode(errors="replace"))
         codings = [line for line in lines if _is_header(line, b"transfer-encoding")]
         chunked = codings == [b"Transfer-Encoding: chunked"]
@@ -259,16 +314,16 @@ async def _responses(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
         await writer.drain()
 
 
-async def _front(server_tls: ssl.SSLContext, client_tls: ssl.SSLContext) -> None:
+async def _front(address: str, server_tls: ssl.SSLContext, client_tls: ssl.SSLContext) -> None:
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(
-                "127.0.0.1", BACKEND_PORT, ssl=client_tls, server_hostname=API_HOSTS[0]
+                address, BACKEND_PORT, ssl=client_tls, server_hostname=API_HOSTS[0]
             )
         except OSError:  # fake-gcs-server not listening yet (the first bucket request)
             writer.close()
             return
-        tasks = [asyncio.ensure_future(_requests(reader, up_writer)),
+        tasks = [asyncio.ensure_future(_requests(reader, up_writer, writer)),
                  asyncio.ensure_future(_responses(up_reader, writer))]  # fmt: skip
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
@@ -278,16 +333,17 @@ async def _front(server_tls: ssl.SSLContext, client_tls: ssl.SSLContext) -> None
         for w in (writer, up_writer):
             w.close()
 
-    server = await asyncio.start_server(connection, "127.0.0.1", 443, ssl=server_tls)
+    server = await asyncio.start_server(connection, address, 443, ssl=server_tls)
     async with server:
         await server.serve_forever()
 
 
-def _create_bucket(ca: Path, bucket: str) -> None:
+def _create_bucket(ca: Path, bucket: str, host: str) -> None:
     tls = ssl.create_default_context(cafile=str(ca))
     request = urllib.request.Request(
-        f"https://{API_HOSTS[0]}/storage/v1/b", data=json.dumps({"name": bucket}).encode(),
-        headers={"Content-Type": "application/json"}, method="POST",
+        f"https://{host}/storage/v1/b", data=json.dumps({"name": bucket}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": AUTHORIZATION},
+        method="POST",
     )  # fmt: skip
     urllib.request.urlopen(request, context=tls, timeout=10).read()
 
@@ -301,16 +357,23 @@ def _die_with_parent() -> None:
 
 
 def hold(directory: Path) -> None:
-    """The namespace's servers, until SIGTERM (run under ``unshare --net --mount``)."""
-    bucket = json.loads((directory / "config.json").read_text())["bucket"]
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    hosts = directory / "hosts"
-    hosts.write_text(f"127.0.0.1 localhost {' '.join(API_HOSTS)}\n::1 localhost\n")
-    subprocess.run(["mount", "--bind", str(hosts), "/etc/hosts"], check=True)
+    """The servers, until SIGTERM: in a namespace of their own (run under ``unshare --net
+    --mount``), or on the host's addresses of ``on_host`` in ``config.json``."""
+    config = json.loads((directory / "config.json").read_text())
+    bucket, on_host = config["bucket"], config.get("on_host")
+    if on_host is None:
+        address, bucket_host, metadata_at = "127.0.0.1", API_HOSTS[0], ("127.0.0.1", METADATA_PORT)
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        hosts = directory / "hosts"
+        hosts.write_text(f"127.0.0.1 localhost {' '.join(API_HOSTS)}\n::1 localhost\n")
+        subprocess.run(["mount", "--bind", str(hosts), "/etc/hosts"], check=True)
+    else:
+        address = bucket_host = on_host["api"]
+        metadata_at = (on_host["metadata"], 80)
     certs = pki.ServerCertificate.at(directory)
     cert, key = certs.cert, certs.key
     backend = subprocess.Popen(
-        [str(FAKE_GCS_SERVER), "-scheme", "https", "-host", "127.0.0.1",
+        [str(FAKE_GCS_SERVER), "-scheme", "https", "-host", address,
          "-port", str(BACKEND_PORT), "-backend", "memory", "-log-level", "warn",
          "-public-host", API_HOSTS[1], "-external-url", f"https://{API_HOSTS[0]}",
          "-cert-location", str(cert), "-private-key-location", str(key)],
@@ -318,19 +381,19 @@ def hold(directory: Path) -> None:
         preexec_fn=_die_with_parent,
     )  # fmt: skip
     signal.signal(signal.SIGTERM, lambda *_: (backend.terminate(), sys.exit(0)))
-    metadata = ThreadingHTTPServer(("127.0.0.1", METADATA_PORT), _Metadata)
+    metadata = ThreadingHTTPServer(metadata_at, _Metadata)
     threading.Thread(target=metadata.serve_forever, daemon=True).start()
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
     client_tls = ssl.create_default_context(cafile=str(certs.ca))
     front = threading.Thread(
-        target=asyncio.run, args=(_front(server_tls, client_tls),), daemon=True
+        target=asyncio.run, args=(_front(address, server_tls, client_tls),), daemon=True
     )
     front.start()
     deadline = time.monotonic() + READY_S
     while True:
         try:
-            _create_bucket(certs.ca, bucket)
+            _create_bucket(certs.ca, bucket, bucket_host)
             break
         except OSError as err:  # refused until fake-gcs-server listens; an answer is final
             answered = isinstance(err, urllib.error.HTTPError)

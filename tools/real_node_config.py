@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools import node_images
+from tools.object_store import API_HOSTS, METADATA_HOST
 
 NODE_NAME = "tfd-node-0"
 NODE_IP = "10.250.0.1"
@@ -16,6 +17,13 @@ DNS_IP = "169.254.20.10"
 POD_SUBNET = "10.244.0.0/24"
 POD_GATEWAY = "10.244.0.1"
 CLUSTER_DOMAIN = "cluster.local"
+GOOGLE_APIS_IP = "199.36.153.8"
+"""The first address of ``private.googleapis.com``, where GKE's Private Google Access DNS sends
+``*.googleapis.com``: the node's CoreDNS answers Google's API names with it, and the object-store
+stand-in listens there (``tools.object_store.OnHost``)."""
+METADATA_IP = "169.254.169.252"
+"""GKE's metadata server as pods reach it without Dataplane V2, the name CoreDNS gives
+``metadata.google.internal`` (``169.254.169.254`` is left to the host's own)."""
 SERVICE_CIDR = "10.96.0.0/16"  # tools/cluster.py's
 CNI_BIN = "/usr/lib/cni"
 NAMESPACE_K8S = "k8s.io"
@@ -184,10 +192,16 @@ def kubelet_config(names: Names, ports: Ports, state: Path, pki: Path) -> dict:
 
 def corefile(kubeconfig: Path, context: str) -> str:
     """CoreDNS: the cluster's zones from the API server, bound to the NodeLocal address only.
-    Nothing outside the cluster resolves (no upstream can be reached here)."""
+    Outside the cluster only Google's API and metadata names resolve, to the object-store
+    stand-in's addresses (no upstream can be reached here)."""
     return f""".:53 {{
     bind {DNS_IP}
     errors
+    hosts {{
+        {GOOGLE_APIS_IP} {" ".join(API_HOSTS)}
+        {METADATA_IP} {METADATA_HOST}
+        fallthrough
+    }}
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
         kubeconfig {kubeconfig} {context}
         pods insecure

@@ -30,7 +30,8 @@ GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
 WORKERS = 2
 UP_TIMEOUT_S = 120
 SUBMIT_WAIT = "15s"
-"""The held stack's ``tfd submit --timeout``: how long it waits for a first step once admitted."""
+"""``tfd submit --timeout`` of the held stack and of the resize: how long each waits for a first
+step once admitted (kwok runs no trainer, so each wait ends there)."""
 PLATFORM = {
     "apiVersion": "v1",
     "kind": "List",
@@ -407,7 +408,7 @@ def test_a_resize_of_a_queued_run_goes_through_zero_and_is_admitted_as_one_group
     project, namespace = project_with_program(stacks[1]), NAMESPACES[1]
     started = time.monotonic()
     # kwok runs no trainer, so the run never logs a step: the wait ends at --timeout (exit 3).
-    resized = tfd(project, "submit", "--continue", "--set", "replicas=1", "--timeout", "15s",
+    resized = tfd(project, "submit", "--continue", "--set", "replicas=1", "--timeout", SUBMIT_WAIT,
                   timeout=300)  # fmt: skip
     took = time.monotonic() - started
     out = resized.stdout + resized.stderr

@@ -1,4 +1,5 @@
-"""HTTPS egress: every configured CIDR minus the in-cluster, private and metadata ranges in it."""
+"""HTTPS and metadata egress: every configured CIDR minus the in-cluster, private and metadata
+ranges in it, the metadata server only for a gs:// location, and the pods each policy selects."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import ipaddress
 import pytest
 
 from infra.network import EXCEPTED_RANGES, excepted_ranges
+from tfd.runs_reader import reader_pod
 from tools.render import render_stack
 
 P = "tf-distributed:"
@@ -105,3 +107,36 @@ def test_the_metadata_server_is_reachable_only_for_a_gs_location_and_on_its_own_
     stack: str, overrides: dict, rules: list | None
 ) -> None:
     assert _metadata_rules(stack, overrides) == rules, f"stack {stack}: {overrides}"
+
+
+def _selects(policy: dict, labels: dict[str, str]) -> bool:
+    selector = policy["spec"]["podSelector"]
+    assert not selector.get("matchExpressions"), policy["metadata"]["name"]
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
+@pytest.mark.parametrize(
+    ("policy", "reader"),
+    [
+        ("tfd-default-deny", True),
+        ("tfd-dns", True),
+        # The bucket and its token: `tfd runs` of a stopped gs:// run reads the records there.
+        ("tfd-https-egress", True),
+        ("tfd-metadata-egress", True),
+        # What only workers do: their peers' port, their StatefulSet through the API server.
+        ("tfd-workers-nccl", False),  # the gke example has GPU workers
+        ("tfd-api-server", False),
+    ],
+)
+def test_the_run_reader_pod_gets_the_buckets_egress_and_nothing_only_workers_have(
+    policy: str, reader: bool
+) -> None:
+    result = render_stack("gke", GS)
+    sts = result.one("StatefulSet")
+    pod = reader_pod(sts, "tfd-worker-runs-x")
+    policies = {p["metadata"]["name"]: p for p in result.by_kind("NetworkPolicy")}
+    workers = sts["spec"]["template"]["metadata"]["labels"]
+    assert _selects(policies[policy], workers), f"NetworkPolicy {policy} misses the workers"
+    assert _selects(policies[policy], pod["metadata"]["labels"]) is reader, (
+        f"NetworkPolicy {policy}: the run reader selected should be {reader}"
+    )

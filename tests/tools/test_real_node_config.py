@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import parse_config
-from tools import cluster, real_node_config
+from tools import cluster, object_store, real_node_config
 from tools.node_host import rules_into
 from tools.real_node_config import DNS_IP, NODE_IP, NODE_NAME, Names, Ports
 from tools.render import stack_config
@@ -93,6 +93,15 @@ def test_coredns_binds_only_the_nodelocal_address_and_serves_the_cluster_domain(
     assert "kubernetes cluster.local in-addr.arpa ip6.arpa" in text
     assert f"kubeconfig {STATE / 'coredns.kubeconfig'} tfd-e2e" in text
     assert "forward" not in text, "no upstream resolver can be reached here"
+
+
+def test_coredns_maps_googles_names_to_the_object_store_stand_ins_addresses() -> None:
+    text = real_node_config.corefile(STATE / "coredns.kubeconfig", "tfd-e2e")
+    hosts = text.split("hosts {")[1].split("}")[0].split("\n")
+    entries = {line.split()[0]: line.split()[1:] for line in hosts if line.strip()}
+    assert entries[real_node_config.GOOGLE_APIS_IP] == list(object_store.API_HOSTS), text
+    assert entries[real_node_config.METADATA_IP] == [object_store.METADATA_HOST], text
+    assert entries["fallthrough"] == [], "cluster names must reach the kubernetes plugin"
 
 
 @pytest.mark.parametrize("stack", ["dev", "e2e"])
