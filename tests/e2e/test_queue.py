@@ -81,22 +81,26 @@ def kueue(tmp_path_factory: pytest.TempPathFactory, kube: Kube) -> Iterator[Kueu
         controller.stop()
 
 
-@pytest.fixture(scope="module")
-def platform(kueue: Kueue, kube: Kube) -> Iterator[None]:
-    kube.run("apply", "-f", "-", stdin=json.dumps(PLATFORM))
+def platform_objects(kube: Kube, objects: dict, cluster_queue: str) -> Iterator[None]:
+    """A platform team's objects (a List) applied until ``cluster_queue`` is Active, deleted
+    when the generator resumes: the body of each module's ``platform`` fixture."""
+    kube.run("apply", "-f", "-", stdin=json.dumps(objects))
     kube.wait_for(
-        "ClusterQueue active",
-        lambda: any(
-            c["type"] == "Active" and c["status"] == "True"
-            for c in (kube.get("clusterqueue", CLUSTER_QUEUE) or {})
-            .get("status", {})
-            .get("conditions", [])
+        f"ClusterQueue {cluster_queue} active",
+        lambda: (
+            condition(kube.get("clusterqueue", cluster_queue) or {}, "Active").get("status")
+            == "True"
         ),
         timeout=60,
     )
     yield
-    kube.run("delete", "-f", "-", "--ignore-not-found", "--wait=false", stdin=json.dumps(PLATFORM),
+    kube.run("delete", "-f", "-", "--ignore-not-found", "--wait=false", stdin=json.dumps(objects),
              check=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def platform(kueue: Kueue, kube: Kube) -> Iterator[None]:
+    yield from platform_objects(kube, PLATFORM, CLUSTER_QUEUE)
 
 
 @pytest.fixture(scope="module")

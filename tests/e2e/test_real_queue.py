@@ -14,7 +14,6 @@ tests run in file order (each step needs the one before).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,7 +23,12 @@ import pytest
 from tests.e2e import realnode
 from tests.e2e.harness import Kube, Project
 from tests.e2e.test_image import built  # noqa: F401 - fixture
-from tests.e2e.test_queue import condition, kueue, workload  # noqa: F401 - fixture
+from tests.e2e.test_queue import (  # noqa: F401 - fixture
+    condition,
+    kueue,
+    platform_objects,
+    workload,
+)
 from tests.e2e.test_real_tfd import current_events
 from tests.e2e.test_real_training import log_figure, node_image  # noqa: F401 - fixture
 from tests.e2e.test_tfd import project_with_program, status, tfd
@@ -65,18 +69,7 @@ PLATFORM = {
 
 @pytest.fixture(scope="module")
 def platform(kueue: Kueue, kube: Kube) -> Iterator[None]:  # noqa: F811 - the fixture
-    kube.run("apply", "-f", "-", stdin=json.dumps(PLATFORM))
-    kube.wait_for(
-        "ClusterQueue active",
-        lambda: (
-            condition(kube.get("clusterqueue", CLUSTER_QUEUE) or {}, "Active").get("status")
-            == "True"
-        ),
-        timeout=60,
-    )
-    yield
-    kube.run("delete", "-f", "-", "--ignore-not-found", "--wait=false", stdin=json.dumps(PLATFORM),
-             check=False)  # fmt: skip
+    yield from platform_objects(kube, PLATFORM, CLUSTER_QUEUE)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ before).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 
@@ -22,7 +21,12 @@ import pytest
 from tests.e2e import realnode
 from tests.e2e.harness import Kube, Project
 from tests.e2e.test_image import built  # noqa: F401 - fixture
-from tests.e2e.test_queue import condition, kueue, workload  # noqa: F401 - fixture
+from tests.e2e.test_queue import (  # noqa: F401 - fixture
+    condition,
+    kueue,
+    platform_objects,
+    workload,
+)
 from tests.e2e.test_real_gpu import LABEL, TAINT, gpu_node  # noqa: F401 - fixture
 from tests.e2e.test_real_queue import worker_names
 from tests.e2e.test_real_tfd import Background
@@ -69,18 +73,7 @@ WAITING: dict[str, Background] = {}
 
 @pytest.fixture(scope="module")
 def platform(kueue: Kueue, kube: Kube, gpu_node: str) -> Iterator[None]:  # noqa: F811
-    kube.run("apply", "-f", "-", stdin=json.dumps(PLATFORM))
-    kube.wait_for(
-        "ClusterQueue active",
-        lambda: (
-            condition(kube.get("clusterqueue", CLUSTER_QUEUE) or {}, "Active").get("status")
-            == "True"
-        ),
-        timeout=60,
-    )
-    yield
-    kube.run("delete", "-f", "-", "--ignore-not-found", "--wait=false", stdin=json.dumps(PLATFORM),
-             check=False)  # fmt: skip
+    yield from platform_objects(kube, PLATFORM, CLUSTER_QUEUE)
 
 
 @pytest.fixture(scope="module")
