@@ -147,7 +147,7 @@ GROUPS: dict[str, tuple[Key, ...]] = {
             Choice(PRECISIONS),
             FLAGS.precision,
             "--precision: 'auto' (bf16 where it is known faster: GPUs of compute capability "
-            ">= 8.0, CPUs with AMX; else fp32), 'fp32', 'bf16' (refused "
+            ">= 8.0, CPUs with AVX512-BF16 or AMX; else fp32), 'fp32', 'bf16' (refused "
             "by the trainer on hardware without native bfloat16) or 'fp16' (with loss scaling; "
             "needs gpusPerWorker >= 1). Checkpoints restore across a change.",
             flag="precision",

@@ -269,7 +269,7 @@ class TrainerFlags:
     precision: str = _flag(
         "auto",
         "compute precision: 'auto' (default) = bf16 where it is known faster (GPUs of compute "
-        "capability >= 8.0, CPUs with AMX), else fp32; 'bf16' also runs on AVX512-BF16 CPUs; "
+        "capability >= 8.0, CPUs with AVX512-BF16 or AMX), else fp32; "
         "'fp16' adds dynamic loss scaling. Variables stay float32: checkpoints restore across "
         "changes",
         choices=PRECISIONS,
