@@ -328,55 +328,6 @@ def test_what_an_hpa_style_scale_up_does_to_a_queued_run(second_up: Background, 
         )
 
 
-def test_a_rollout_of_the_admitted_run_keeps_its_admission_and_its_quota(
-    second_up: Background, kube: Kube
-) -> None:
-    # A new template under OnDelete: each worker deletes its own pod at its next step
-    # (docs/infra.md, Rollouts); kwok runs no trainer, so the test deletes them as they would.
-    namespace = NAMESPACES[0]
-    admitted = workload(kube, namespace)["metadata"]["uid"]
-    kube.run("patch", "statefulset", STATEFULSET, "-n", namespace, "--type=json", "-p",
-             '[{"op":"add","path":"/spec/template/spec/containers/0/env/-",'
-             '"value":{"name":"TFD_ROLLOUT_PROBE","value":"1"}}]')  # fmt: skip
-    revision = kube.wait_for(
-        "the new template's revision",
-        lambda: (
-            (kube.get("statefulset.apps", STATEFULSET, namespace) or {})
-            .get("status", {})
-            .get("updateRevision")
-        ),
-    )
-    started = time.monotonic()
-    kube.run("delete", "pod", f"{STATEFULSET}-0", f"{STATEFULSET}-1", "-n", namespace,
-             "--wait=false")  # fmt: skip
-
-    def replaced() -> bool:
-        now = pods(kube, namespace)
-        held = pods(kube, NAMESPACES[1])
-        # The other team's run never gets the quota while the workers are replaced.
-        assert all(gated(p) and not scheduled(p) for p in held), [p["spec"] for p in held]
-        owners = {
-            o["uid"] for o in workload(kube, namespace)["metadata"].get("ownerReferences", [])
-        }
-        return len(now) == WORKERS and all(
-            scheduled(p) and not gated(p) and not p["metadata"].get("deletionTimestamp")
-            and p["metadata"]["labels"].get("controller-revision-hash") == revision
-            # Kueue has taken the new pod into the run's group: a scale to zero before that
-            # (about a second after the pods were replaced) left Kueue 0.17.0 holding the
-            # run's quota, and the held run was never admitted.
-            and p["metadata"]["uid"] in owners
-            for p in now
-        )  # fmt: skip
-
-    kube.wait_for("both workers of the new template scheduled", replaced, timeout=90)
-    took = time.monotonic() - started
-    wl = workload(kube, namespace)
-    print(f"[tfd figure] rollout of an admitted queued run: both workers of the new template "
-          f"scheduled {took:.1f} s after their deletion; the same Workload: "
-          f"{wl['metadata']['uid'] == admitted}")  # fmt: skip
-    assert condition(wl, "Admitted").get("status") == "True", wl["status"]
-
-
 def test_the_held_run_is_admitted_when_the_first_stops(
     second_up: Background, stacks: list[Project], kube: Kube
 ) -> None:
@@ -429,3 +380,61 @@ def test_a_resize_of_a_queued_run_goes_through_zero_and_is_admitted_as_one_group
     assert condition(wl, "Admitted").get("status") == "True", wl["status"]
     print(f"[tfd figure] queued resize 2 -> 1 through zero: {drained.strip()}; submit to the "
           f"new group admitted and its --timeout 15s passed: {took:.1f} s")  # fmt: skip
+
+
+def test_a_rollout_of_an_admitted_run_keeps_its_admission_and_its_quota(
+    second_up: Background, kube: Kube
+) -> None:
+    # Last in the module: a scale to zero about a second after a rollout's pod replacement
+    # once left Kueue 0.17.0 holding the run's quota (the next run never admitted), even after
+    # Kueue had taken the new pods into the Workload, so no scenario runs after this one.
+    # The other team's run asks for its 2 GPUs again: 1 is free (the resized run holds 1), so
+    # it is held while this run's worker is replaced.
+    namespace, held_namespace = NAMESPACES[1], NAMESPACES[0]
+    kube.run("scale", "statefulset", STATEFULSET, "-n", held_namespace, f"--replicas={WORKERS}")
+    kube.wait_for(
+        "the other team's 2 workers held",
+        lambda: len([p for p in pods(kube, held_namespace) if gated(p)]) == WORKERS,
+        timeout=60,
+    )
+    running = [p["metadata"]["name"] for p in pods(kube, namespace)]
+    admitted = workload(kube, namespace)["metadata"]["uid"]
+    # A new template under OnDelete: each worker deletes its own pod at its next step
+    # (docs/infra.md, Rollouts); kwok runs no trainer, so the test deletes them as they would.
+    kube.run("patch", "statefulset", STATEFULSET, "-n", namespace, "--type=json", "-p",
+             '[{"op":"add","path":"/spec/template/spec/containers/0/env/-",'
+             '"value":{"name":"TFD_ROLLOUT_PROBE","value":"1"}}]')  # fmt: skip
+    revision = kube.wait_for(
+        "the new template's revision",
+        lambda: (
+            (kube.get("statefulset.apps", STATEFULSET, namespace) or {})
+            .get("status", {})
+            .get("updateRevision")
+        ),
+    )
+    started = time.monotonic()
+    kube.run("delete", "pod", *running, "-n", namespace, "--wait=false")
+
+    def replaced() -> bool:
+        now = pods(kube, namespace)
+        held = pods(kube, held_namespace)
+        # The other team's run never gets the quota while the workers are replaced.
+        assert all(gated(p) and not scheduled(p) for p in held), [p["spec"] for p in held]
+        owners = {
+            o["uid"] for o in workload(kube, namespace)["metadata"].get("ownerReferences", [])
+        }
+        return len(now) == len(running) and all(
+            scheduled(p) and not gated(p) and not p["metadata"].get("deletionTimestamp")
+            and p["metadata"]["labels"].get("controller-revision-hash") == revision
+            and p["metadata"]["uid"] in owners  # Kueue has taken the new pod into the group
+            for p in now
+        )  # fmt: skip
+
+    kube.wait_for("the workers of the new template scheduled", replaced, timeout=90)
+    took = time.monotonic() - started
+    wl = workload(kube, namespace)
+    print(f"[tfd figure] rollout of an admitted queued run: its worker of the new template "
+          f"scheduled {took:.1f} s after its deletion, the other team's run held; the same "
+          f"Workload: {wl['metadata']['uid'] == admitted}")  # fmt: skip
+    assert condition(wl, "Admitted").get("status") == "True", wl["status"]
+    assert wl["metadata"]["uid"] == admitted, "the rollout replaced the run's Workload"
